@@ -1,0 +1,296 @@
+"""`InferenceRequest`: a request handed to `execute`, or one a model builds for BLS.
+
+Incoming requests are built by the stub with `InferenceRequest._incoming(...)`; the
+public constructor is Triton's BLS constructor. Everything that needs the server
+(cancellation, BLS, sending) goes through the installed runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from ._parameters import parameters_to_json
+from ._runtime import require_runtime
+from .constants import TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+from .error import TritonModelException
+from .preferred_memory import PreferredMemory
+from .response import InferenceResponse, _error_response
+from .response_iterator import ResponseIterator
+from .response_sender import InferenceResponseSender
+from .tensor import Tensor
+from .trace import InferenceTrace
+
+_REQUIRED: Any = object()
+_UINT32_MAX = 2**32 - 1
+_UINT64_MAX = 2**64 - 1
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise TypeError(f"{name} must be in [{low}, {high}], got {value}")
+    return int(value)
+
+
+def _check_str(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+class InferenceRequest:
+    """Triton's `InferenceRequest(request_id="", correlation_id=0, inputs, requested_output_names,
+    model_name, model_version=-1, flags=0, timeout=0, preferred_memory=PreferredMemory(default),
+    trace=InferenceTrace(), parameters=None)` for BLS; `timeout` is in microseconds."""
+
+    __slots__ = (
+        "_inputs", "_request_id", "_correlation_id", "_requested_output_names",
+        "_model_name", "_model_version", "_flags", "_timeout", "_preferred_memory",
+        "_trace", "_parameters", "_key", "_is_incoming", "_release_flags",
+        "_cancelled", "_sender", "__weakref__",
+    )
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: list[Tensor] = _REQUIRED,
+        requested_output_names: list[str] = _REQUIRED,
+        model_name: str = _REQUIRED,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: InferenceTrace | None = None,
+        parameters: dict[str, bool | int | str] | None = None,
+    ) -> None:
+        missing = [
+            name for name, value in (
+                ("inputs", inputs),
+                ("requested_output_names", requested_output_names),
+                ("model_name", model_name),
+            ) if value is _REQUIRED
+        ]
+        if missing:
+            raise TypeError(
+                "InferenceRequest() missing required argument(s): " + ", ".join(missing)
+            )
+        _check_str("request_id", request_id)
+        _check_str("model_name", model_name)
+        model_version = _check_int("model_version", model_version, -(2**63), 2**63 - 1)
+        flags = _check_int("flags", flags, 0, _UINT32_MAX)
+        timeout = _check_int("timeout", timeout, 0, _UINT64_MAX)
+        if preferred_memory is None:
+            preferred_memory = PreferredMemory._default()
+        elif not isinstance(preferred_memory, PreferredMemory):
+            raise TypeError("preferred_memory must be a PreferredMemory")
+        if trace is None:
+            trace = InferenceTrace()
+        elif not isinstance(trace, InferenceTrace):
+            raise TypeError("trace must be an InferenceTrace")
+        if not isinstance(inputs, (list, tuple)):
+            raise TypeError(f"inputs must be a list of Tensor, got {type(inputs).__name__}")
+        for tensor in inputs:
+            if tensor is not None and not isinstance(tensor, Tensor):
+                raise TypeError(f"inputs must be a list of Tensor, found {type(tensor).__name__}")
+        if isinstance(requested_output_names, (str, bytes)) or not isinstance(
+            requested_output_names, Iterable
+        ):
+            raise TypeError("requested_output_names must be a list of str")
+        names = list(requested_output_names)
+        for name in names:
+            _check_str("requested output name", name)
+
+        parameters_json = parameters_to_json(parameters)
+        if isinstance(correlation_id, int):
+            if not 0 <= correlation_id <= _UINT64_MAX:
+                raise TritonModelException(
+                    "Correlation ID must be an unsigned 64-bit integer or a string"
+                )
+            correlation_id = int(correlation_id)
+        elif not isinstance(correlation_id, str):
+            raise TritonModelException("Correlation ID must be integer or string")
+        for tensor in inputs:
+            if tensor is None:
+                raise TritonModelException(
+                    f"Input tensor for request with id '{request_id}' and model name "
+                    f"'{model_name}' should not be empty."
+                )
+        for name in names:
+            if name == "":
+                raise TritonModelException(
+                    f"Requested output name for request with id '{request_id}' and "
+                    f"model name '{model_name}' should not be empty."
+                )
+
+        self._inputs = list(inputs)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._requested_output_names = set(names)
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._preferred_memory = preferred_memory
+        self._trace = trace
+        self._parameters = parameters_json
+        self._key: Any = None
+        self._is_incoming = False
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._cancelled = False
+        self._sender = InferenceResponseSender(self, bound=False)
+
+    @classmethod
+    def _incoming(
+        cls,
+        *,
+        inputs: list[Tensor],
+        request_id: str,
+        correlation_id: int | str,
+        flags: int,
+        parameters_json: str,
+        timeout: int,
+        requested_output_names: Iterable[str],
+        model_name: str,
+        model_version: int,
+        key: Any,
+        trace: InferenceTrace | None = None,
+    ) -> InferenceRequest:
+        """A request the server sent to this model; `key` is the runtime's handle for it.
+
+        No validation: the server already checked everything.
+        """
+        request = cls.__new__(cls)
+        request._inputs = inputs
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._requested_output_names = set(requested_output_names)
+        request._model_name = model_name
+        request._model_version = model_version
+        request._flags = flags
+        request._timeout = timeout
+        request._preferred_memory = PreferredMemory._default()
+        request._trace = trace if trace is not None else InferenceTrace()
+        request._parameters = parameters_json or "{}"
+        request._key = key
+        request._is_incoming = True
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        request._cancelled = False
+        request._sender = InferenceResponseSender(request, bound=True)
+        return request
+
+    # -- Triton's accessors ------------------------------------------------------------
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        """Sequence flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END)."""
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = _check_int("flags", flags, 0, _UINT32_MAX)
+
+    def timeout(self) -> int:
+        """Timeout in microseconds, 0 for none."""
+        return self._timeout
+
+    def parameters(self) -> str:
+        """JSON text of the request parameters (use json.loads)."""
+        return self._parameters
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
+
+    def requested_output_names(self) -> set[str]:
+        return set(self._requested_output_names)
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        """The request's sender; the same object on every call."""
+        return self._sender
+
+    def is_cancelled(self) -> bool:
+        """Asks the server until the answer is True, then remembers it."""
+        if self._cancelled:
+            return True
+        if not self._is_incoming:
+            return False
+        runtime = require_runtime("InferenceRequest.is_cancelled")
+        if runtime.is_cancelled(self):
+            self._cancelled = True
+        return self._cancelled
+
+    def set_release_flags(self, flags: int) -> None:
+        """TRITONSERVER_REQUEST_RELEASE_RESCHEDULE asks the sequence batcher to run this
+        request again (needs `iterative_sequence`)."""
+        if isinstance(flags, bool) or not isinstance(flags, int):
+            raise TypeError(f"release flags must be an int, got {type(flags).__name__}")
+        if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+            raise TritonModelException(
+                f"Unsupported release flags {flags}: use TRITONSERVER_REQUEST_RELEASE_ALL "
+                "or TRITONSERVER_REQUEST_RELEASE_RESCHEDULE"
+            )
+        self._release_flags = flags
+
+    # -- pbserve accessors (Triton has none; the runtime reads them for BLS) --------------
+
+    def release_flags(self) -> int:
+        return self._release_flags
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
+
+    def preferred_memory(self) -> PreferredMemory:
+        return self._preferred_memory
+
+    # -- BLS -----------------------------------------------------------------------------
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """Run this request on `model_name` and wait for the result.
+
+        Errors come back as a response with `has_error()`, not as an exception; with
+        `decoupled=True` the result is a `ResponseIterator`.
+        """
+        if not isinstance(decoupled, bool):
+            raise TypeError(f"decoupled must be a bool, got {type(decoupled).__name__}")
+        runtime = require_runtime("InferenceRequest.exec (BLS)")
+        try:
+            return runtime.bls_exec(self, decoupled)
+        except TritonModelException as exc:
+            response = _error_response(str(exc))
+            if not decoupled:
+                return response
+            iterator = ResponseIterator()
+            iterator._put(response, True)
+            return iterator
+
+    def async_exec(
+        self, decoupled: bool = False
+    ) -> asyncio.Future[InferenceResponse | ResponseIterator]:
+        """`exec` on the running loop's default executor; must be called inside a coroutine.
+
+        With `decoupled=True` the awaited iterator also supports `async for`.
+        """
+        if not isinstance(decoupled, bool):
+            raise TypeError(f"decoupled must be a bool, got {type(decoupled).__name__}")
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, self.exec, decoupled)
+
+    def __repr__(self) -> str:
+        kind = "incoming" if self._is_incoming else "bls"
+        return (
+            f"InferenceRequest({kind}, id={self._request_id!r}, model={self._model_name!r}, "
+            f"inputs={[t.name() for t in self._inputs]})"
+        )

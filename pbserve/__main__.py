@@ -1,0 +1,7 @@
+"""`python -m pbserve`: the same as the `pbserve` command."""
+
+import sys
+
+from pbserve.cli import main
+
+sys.exit(main())

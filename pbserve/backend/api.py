@@ -1,0 +1,65 @@
+"""The surface the frontends (HTTP, gRPC) use; the backend implements it.
+
+Every method that names a model raises `ServerError` with Triton's code and meaning:
+NOT_FOUND for an unknown model or version, UNAVAILABLE for a model that is known but
+not ready, INVALID_ARG for a bad request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Protocol
+
+from pbserve.backend.types import InferRequest, InferResponse
+
+
+class InferenceCore(Protocol):
+    def is_live(self) -> bool: ...
+
+    def is_ready(self) -> bool:
+        """Triton's strict readiness: live, and every model that was asked for loaded."""
+        ...
+
+    def server_metadata(self) -> dict[str, Any]:
+        """{"name": ..., "version": ..., "extensions": [...]}"""
+        ...
+
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        """KServe v2 model metadata: name, versions, platform "python", inputs, outputs
+        (each {"name", "datatype", "shape"}, shapes as ints, -1 for variable dims and
+        the batch dimension included when max_batch_size > 0)."""
+        ...
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        """The model's (completed) config as Triton prints it as JSON."""
+        ...
+
+    def is_decoupled(self, name: str, version: str = "") -> bool: ...
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """[{"name", "version", "state", "reason"}] for every model of the repositories."""
+        ...
+
+    async def load_model(self, name: str, config: str | None = None,
+                         files: dict[str, bytes] | None = None) -> None:
+        """(Re)load; `config` is a JSON override of config.pbtxt, `files` maps
+        "file:<relative path>" to content. Raises INVALID_ARG naming the model when the
+        load fails; the model then stays in the index as UNAVAILABLE."""
+        ...
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """One response for a non-decoupled model; errors of the model come back as
+        `response.error`, errors of the request (validation, unknown model) raise."""
+        ...
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Every response of a request (decoupled models), the last with `final=True`
+        (which may carry no outputs)."""
+        ...
+
+    def metrics_text(self) -> str:
+        """Prometheus text exposition of Triton's nv_inference_* families."""
+        ...

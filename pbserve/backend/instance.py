@@ -1,0 +1,276 @@
+"""A model instance: its stub process, the requests it runs, restart after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+from typing import Callable
+
+from pbserve.backend.pending import PendingRequest
+from pbserve.backend.stub_process import StubProcess
+from pbserve.backend.types import InferResponse, TensorData
+from pbserve.errors import ErrorCode, ServerError, internal
+from shm.pool import RegionMap
+from stub import protocol as p
+
+log = logging.getLogger("pbserve.backend")
+
+START_TIMEOUT_S = 60.0
+FINALIZE_TIMEOUT_S = 30.0
+RELEASE_DELAY_S = 0.005
+FINAL = 1
+_LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
+
+
+class InstanceState(enum.Enum):
+    STARTING = "STARTING"
+    READY = "READY"
+    RESTARTING = "RESTARTING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+
+
+class ModelInstance:
+    """Runs batches on one stub. `on_idle(self)` is called whenever it can take the next."""
+
+    def __init__(self, *, model_name: str, model_version: str, name: str, model_path: str,
+                 init_args: dict[str, str], decoupled: bool, regions: RegionMap,
+                 on_idle: Callable[["ModelInstance"], None],
+                 on_batch_done: Callable[[list[PendingRequest]], None],
+                 model_log: logging.Logger) -> None:
+        self.model_name = model_name
+        self.model_version = model_version
+        self.name = name
+        self.model_path = model_path
+        self.init_args = init_args
+        self.decoupled = decoupled
+        self.state = InstanceState.STOPPED
+        self.busy = False
+        self.restarts = 0
+        self._regions = regions
+        self._on_idle = on_idle
+        self._on_batch_done = on_batch_done
+        self._model_log = model_log
+        self._stub: StubProcess | None = None
+        self._inflight: dict[int, PendingRequest] = {}
+        self._batches: dict[int, list[PendingRequest]] = {}
+        self._next_batch = 0
+        self._waiter: asyncio.Future | None = None
+        self._frees: list[tuple[str, int]] = []
+        self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._stub.pid if self._stub else None
+
+    @property
+    def ready(self) -> bool:
+        return self.state is InstanceState.READY and not self.busy
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the stub and run the model's `initialize`; ServerError if it fails."""
+        self.state = InstanceState.STARTING
+        self._stub = StubProcess(self.name, self._loop, self._on_messages, self._on_exit)
+        try:
+            await self._expect(p.READY, "start")
+            self._stub.send((p.INIT, self.init_args, self.model_path, self.decoupled))
+            reply = await self._expect(p.INIT_DONE, "initialize")
+            if reply[1] is not None:
+                raise ServerError(ErrorCode.INVALID_ARG,
+                                  f"failed to load '{self.model_name}': {reply[1]}")
+        except BaseException:
+            await self._discard_stub()
+            self.state = InstanceState.STOPPED
+            raise
+        self.state = InstanceState.READY
+        self.busy = False
+
+    async def _expect(self, kind: int, what: str) -> tuple:
+        self._waiter = self._loop.create_future()
+        try:
+            reply = await asyncio.wait_for(self._waiter, START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise internal(f"model instance '{self.name}' did not {what} within "
+                           f"{START_TIMEOUT_S:.0f} s") from None
+        finally:
+            self._waiter = None
+        if reply[0] != kind:
+            raise internal(f"model instance '{self.name}': unexpected message {reply[0]} "
+                           f"while waiting to {what}")
+        return reply
+
+    async def stop(self) -> None:
+        """Run `finalize`, end the process (killed if it does not end), remove its shm."""
+        stub = self._stub
+        if stub is None:
+            self.state = InstanceState.STOPPED
+            return
+        self.state = InstanceState.STOPPING
+        if stub.alive():
+            try:
+                self._flush_frees()
+                stub.send((p.FINALIZE,))
+                await self._expect(p.FINALIZED, "finalize")
+            except ServerError as err:
+                log.warning("%s", err.message)
+            if not await stub.wait_exit(5.0):
+                stub.kill()
+                await stub.wait_exit(5.0)
+        self._fail_inflight(f"model instance '{self.name}' of model '{self.model_name}' "
+                            f"was unloaded", ErrorCode.UNAVAILABLE)
+        await self._discard_stub()
+        self.state = InstanceState.STOPPED
+
+    async def _discard_stub(self) -> None:
+        stub, self._stub = self._stub, None
+        if stub is not None:
+            stub.kill()
+            await stub.wait_exit(5.0)
+            stub.close()
+            self._regions.forget(stub.prefix)
+            self._frees.clear()
+
+    def _on_exit(self, code: int) -> None:
+        """The stub died on its own: fail what it held, then start a new one."""
+        status = f"signal {-code}" if code < 0 else f"status {code}"
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(internal(
+                f"Stub process '{self.name}' of model '{self.model_name}' exited with "
+                f"{status}"))
+        if self.state is not InstanceState.READY:
+            return  # starting or stopping: the waiting coroutine deals with it
+        message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "
+                   f"while model '{self.model_name}' was running")
+        log.error("%s; restarting it", message)
+        self._fail_inflight(message, ErrorCode.INTERNAL)
+        self.state = InstanceState.RESTARTING
+        self._loop.create_task(self._restart())
+
+    async def _restart(self) -> None:
+        await self._discard_stub()
+        self.restarts += 1
+        try:
+            await self.start()
+        except ServerError as err:
+            log.error("restart of '%s' failed: %s", self.name, err.message)
+            self.state = InstanceState.STOPPED
+            return
+        self._on_idle(self)
+
+    def _fail_inflight(self, message: str, code: ErrorCode) -> None:
+        batches, self._batches = self._batches, {}
+        inflight, self._inflight = self._inflight, {}
+        for pending in inflight.values():
+            pending.deliver(self._error_response(pending, ServerError(code, message)))
+        for batch in batches.values():
+            self._on_batch_done(batch)
+        self.busy = False
+
+    # -- executing --------------------------------------------------------------------
+    def execute(self, batch: list[PendingRequest]) -> None:
+        """Send a batch to the stub; the instance is busy until the stub says it is done."""
+        assert self._stub is not None and self.ready
+        self.busy = True
+        batch_id = self._next_batch = self._next_batch + 1
+        self._batches[batch_id] = batch
+        for pending in batch:
+            self._inflight[pending.key] = pending
+        frees, self._frees = tuple(self._frees), []
+        self._stub.send((p.EXECUTE, batch_id, tuple(pr.inputs for pr in batch), frees))
+
+    def cancel(self, key: int) -> None:
+        if key in self._inflight and self._stub is not None:
+            self._stub.send_control((p.CANCEL, key))
+
+    def _on_messages(self, batch: list[tuple]) -> None:
+        for message in batch:
+            kind = message[0]
+            if kind == p.RESPONSES:
+                self._on_responses(message[1], message[2], message[3])
+            elif kind == p.SEND:
+                self._on_send(message[1], message[2], message[3])
+            elif kind == p.BATCH_DONE:
+                self._on_batch_end(message[1], message[2])
+            elif kind == p.LOG:
+                self._on_log(message[1], message[2], message[3], message[4])
+            elif self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(message)
+
+    def _on_responses(self, batch_id: int, error: str | None, responses: tuple) -> None:
+        for key, msg in responses:
+            pending = self._inflight.get(key)
+            if pending is not None and msg is not None:
+                del self._inflight[key]
+                pending.deliver(self._response(pending, msg, True))
+        self._on_batch_end(batch_id, error)
+
+    def _on_send(self, key: int, msg: tuple | None, flags: int) -> None:
+        final = bool(flags & FINAL)
+        pending = self._inflight.pop(key, None) if final else self._inflight.get(key)
+        if pending is None:
+            if msg is not None:
+                self._release_outputs(msg[1], self._stub)
+            return
+        if msg is None:
+            pending.deliver(InferResponse(self.model_name, self.model_version,
+                                          pending.request.id, final=final))
+        else:
+            pending.deliver(self._response(pending, msg, final))
+
+    def _on_batch_end(self, batch_id: int, error: str | None) -> None:
+        batch = self._batches.pop(batch_id, [])
+        if error is not None:
+            for pending in batch:
+                if self._inflight.pop(pending.key, None) is not None:
+                    pending.deliver(self._error_response(pending, internal(error)))
+        self._on_batch_done(batch)
+        self.busy = False
+        if self.state is InstanceState.READY:
+            self._on_idle(self)
+
+    def _on_log(self, level: int, message: str, filename: str, line: int) -> None:
+        where = f"{filename}:{line}" if line else filename
+        self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where, message)
+
+    # -- responses --------------------------------------------------------------------
+    def _response(self, pending: PendingRequest, msg: tuple, final: bool) -> InferResponse:
+        error, outputs, params = msg
+        response = InferResponse(self.model_name, self.model_version, pending.request.id,
+                                 final=final)
+        if error is not None:
+            self._release_outputs(outputs, self._stub)
+            response.error = ServerError(ErrorCode(error[0]), error[1])
+            return response
+        view = self._regions.view
+        response.outputs = [TensorData(name, datatype, shape, view(region, offset, nbytes))
+                            for name, datatype, shape, region, offset, nbytes in outputs]
+        if params and params != "{}":
+            response.parameters = json.loads(params)
+        if outputs:
+            stub = self._stub
+            response._release = lambda: self._release_outputs(outputs, stub)
+        return response
+
+    def _error_response(self, pending: PendingRequest, error: ServerError) -> InferResponse:
+        return InferResponse(self.model_name, self.model_version, pending.request.id,
+                             error=error)
+
+    def _release_outputs(self, outputs: tuple, stub: StubProcess | None) -> None:
+        """Give output blocks back to the stub that made them, with the next EXECUTE or
+        shortly after; blocks of a stub that has since died went with its regions."""
+        if stub is None or stub is not self._stub:
+            return
+        self._frees.extend((desc[3], desc[4]) for desc in outputs)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_later(RELEASE_DELAY_S, self._flush_frees)
+
+    def _flush_frees(self) -> None:
+        self._flush_scheduled = False
+        if self._frees and self._stub is not None and self._stub.alive():
+            frees, self._frees = tuple(self._frees), []
+            self._stub.send_control((p.RELEASE, frees))

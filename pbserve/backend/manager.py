@@ -1,0 +1,252 @@
+"""The model manager: repositories, model states, load/unload, and the request entry.
+
+It implements `pbserve.backend.api.InferenceCore` for the frontends. Model control
+follows tritonserver's `--model-control-mode`: `none` loads every model at start and
+refuses the load/unload API; `explicit` loads the `--load-model` names (`*` = all) and
+lets the API load and unload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from pbserve import __version__
+from pbserve.backend import metrics
+from pbserve.backend.model import Model
+from pbserve.backend.model_config import (
+    apply_auto_complete, complete_defaults, config_from_json, config_to_dict,
+    model_metadata, read_model_config)
+from pbserve.backend.repository import find_model, scan_repositories, served_versions
+from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
+from shm.names import new_prefix, sweep_dead_owners
+from shm.pool import Pool, RegionMap
+
+log = logging.getLogger("pbserve.backend")
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",
+              "schedule_policy", "model_configuration", "system_shared_memory",
+              "statistics", "binary_tensor_data", "parameters", "logging"]
+
+
+@dataclass
+class ModelEntry:
+    """What the index says of one model name, and its loaded versions."""
+
+    name: str
+    state: str = UNAVAILABLE
+    reason: str = ""
+    versions: dict[str, Model] = field(default_factory=dict)
+    failed: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def latest(self) -> Model | None:
+        if not self.versions:
+            return None
+        return self.versions[max(self.versions, key=int)]
+
+
+class ModelManager:
+    def __init__(self, repositories: list[Path], control_mode: str = "none",
+                 startup_models: list[str] | None = None) -> None:
+        if control_mode not in ("none", "explicit"):
+            raise invalid_arg(f"unsupported model control mode '{control_mode}'")
+        self.repositories = [Path(r).resolve() for r in repositories]
+        self.control_mode = control_mode
+        self.startup_models = list(startup_models or [])
+        self._entries: dict[str, ModelEntry] = {}
+        self._pool: Pool | None = None
+        self._regions = RegionMap()
+        self._live = False
+
+    # -- server lifecycle -------------------------------------------------------------
+    async def start(self) -> None:
+        """Remove shm a killed server left, then load the start-up models in parallel."""
+        removed = sweep_dead_owners()
+        if removed:
+            log.info("removed %d shared-memory entries left by dead processes", len(removed))
+        self._pool = Pool(new_prefix() + "-parent")
+        self._live = True
+        names = self._startup_names()
+        # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
+        await asyncio.gather(*(self._load(n) for n in names), return_exceptions=True)
+
+    def _startup_names(self) -> list[str]:
+        scanned = scan_repositories(self.repositories)
+        for name, sources in scanned.duplicates.items():
+            entry = self._entry(name)
+            entry.failed = True
+            entry.reason = "failed to poll from model repository: model is not unique"
+        if self.control_mode == "none" or "*" in self.startup_models:
+            return list(scanned.models)
+        return list(dict.fromkeys(self.startup_models))
+
+    async def stop(self) -> None:
+        """Unload every model (finalize runs), then remove the parent's shm."""
+        self._live = False
+        await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
+                             return_exceptions=True)
+        if self._pool is not None:
+            self._pool.close()
+        self._regions.close()
+
+    # -- InferenceCore: health and metadata -------------------------------------------
+    def is_live(self) -> bool:
+        return self._live
+
+    def is_ready(self) -> bool:
+        return self._live and not any(e.failed for e in self._entries.values())
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "triton", "version": __version__, "extensions": EXTENSIONS}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            return self._model(name, version).is_ready()
+        except ServerError:
+            return False
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self._model(name, version)
+        entry = self._entries[name]
+        return model_metadata(model.cfg, sorted(entry.versions, key=int))
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return config_to_dict(self._model(name, version).cfg)
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        return self._model(name, version).decoupled
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        names = set(scan_repositories(self.repositories).names()) | set(self._entries)
+        index = []
+        for name in sorted(names):
+            entry = self._entries.get(name)
+            if entry is None:
+                if not ready_only:
+                    index.append({"name": name})
+                continue
+            if ready_only and entry.state != READY:
+                continue
+            if entry.versions:
+                for version in sorted(entry.versions, key=int):
+                    index.append({"name": name, "version": version, "state": entry.state,
+                                  "reason": entry.reason})
+            else:
+                index.append({"name": name, "state": entry.state, "reason": entry.reason})
+        return index
+
+    def metrics_text(self) -> str:
+        stats = [m.stats for e in self._entries.values() for m in e.versions.values()]
+        return metrics.render(stats)
+
+    # -- InferenceCore: inference ------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return await self._model(request.model_name, request.model_version).infer(request)
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        return self._model(request.model_name, request.model_version).stream_infer(request)
+
+    def _model(self, name: str, version: str = "") -> Model:
+        entry = self._entries.get(name)
+        if entry is None or entry.state != READY or not entry.versions:
+            suffix = " is not found" if entry is None else " has no available versions"
+            raise not_found(f"Request for unknown model: '{name}'{suffix}")
+        if not version:
+            model = entry.latest
+            assert model is not None
+            return model
+        model = entry.versions.get(version)
+        if model is None:
+            raise not_found(f"Request for unknown model: '{name}' version {version} is "
+                            f"not found")
+        return model
+
+    # -- InferenceCore: repository control -----------------------------------------------
+    async def load_model(self, name: str, config: str | None = None,
+                         files: dict[str, bytes] | None = None) -> None:
+        if self.control_mode != "explicit":
+            raise ServerError(ErrorCode.UNAVAILABLE,
+                              "explicit model load / unload is not allowed if polling is "
+                              "enabled" if self.control_mode == "poll" else
+                              "explicit model load / unload is not allowed if model control "
+                              "mode is not EXPLICIT")
+        if files:
+            raise ServerError(ErrorCode.UNSUPPORTED,
+                              f"failed to load '{name}': loading with files is not "
+                              f"supported by this version of pbserve")
+        await self._load(name, config)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        if self.control_mode != "explicit":
+            raise ServerError(ErrorCode.UNAVAILABLE,
+                              "explicit model load / unload is not allowed if model control "
+                              "mode is not EXPLICIT")
+        entry = self._entries.get(name)
+        if entry is not None:
+            await self._unload(entry)
+
+    def _entry(self, name: str) -> ModelEntry:
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._entries[name] = ModelEntry(name)
+        return entry
+
+    async def _load(self, name: str, config_override: str | None = None) -> None:
+        """(Re)load every served version of `name`; on failure the model stays in the
+        index as UNAVAILABLE with the error as its reason."""
+        entry = self._entry(name)
+        async with entry.lock:
+            if entry.versions:
+                await self._unload_versions(entry)
+            entry.state, entry.reason, entry.failed = LOADING, "", False
+            try:
+                entry.versions = await self._load_versions(name, config_override)
+            except Exception as err:  # noqa: BLE001 - a load never takes the server down
+                message = err.message if isinstance(err, ServerError) else \
+                    f"failed to load '{name}': {err}"
+                entry.state, entry.failed, entry.reason = UNAVAILABLE, True, message
+                log.error("%s", message)
+                raise ServerError(ErrorCode.INVALID_ARG, message) from None
+            entry.state = READY
+            log.info("successfully loaded '%s'", name)
+
+    async def _load_versions(self, name: str, config_override: str | None
+                             ) -> dict[str, Model]:
+        source = find_model(self.repositories, name)
+        if config_override:
+            cfg = config_from_json(config_override)
+        else:
+            cfg = read_model_config(source.path)
+        cfg = complete_defaults(cfg, name, source.path, check_io=False)
+        cfg = apply_auto_complete(cfg, cfg)
+        versions = served_versions(cfg, source.path)
+        assert self._pool is not None
+        loaded: dict[str, Model] = {}
+        for version in versions:
+            model = Model(name, version, source.path, cfg, self._pool, self._regions)
+            try:
+                await model.load()
+            except ServerError as err:
+                await asyncio.gather(*(m.unload() for m in loaded.values()))
+                raise ServerError(err.code, f"load failed for model '{name}': version "
+                                  f"{version} is at UNAVAILABLE state: {err.message}") from None
+            loaded[model.version] = model
+        return loaded
+
+    async def _unload(self, entry: ModelEntry) -> None:
+        async with entry.lock:
+            if entry.versions:
+                await self._unload_versions(entry)
+            entry.state, entry.reason, entry.failed = UNAVAILABLE, "unloaded", False
+
+    async def _unload_versions(self, entry: ModelEntry) -> None:
+        entry.state = UNLOADING
+        models, entry.versions = list(entry.versions.values()), {}
+        await asyncio.gather(*(m.unload() for m in models), return_exceptions=True)

@@ -1,0 +1,193 @@
+"""One loaded version of a model: its instances, its scheduler, its request path."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+import numpy as np
+
+from pbserve.backend.instance import InstanceState, ModelInstance
+from pbserve.backend.metrics import ModelStats
+from pbserve.backend.model_config import config_to_json, is_decoupled
+from pbserve.backend.pending import PendingRequest
+from pbserve.backend.scheduler import Scheduler
+from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.backend.validation import RequestValidator
+from pbserve.errors import ErrorCode, ServerError
+from shm.pool import Block, Pool, RegionMap
+from tritonclient.grpc import model_config_pb2 as mc
+
+_KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
+              mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
+_keys = itertools.count(1)
+
+
+class Model:
+    def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
+                 pool: Pool, regions: RegionMap) -> None:
+        self.name = name
+        self.version = str(version)
+        self.model_dir = model_dir
+        self.cfg = cfg
+        self.decoupled = is_decoupled(cfg)
+        self.stats = ModelStats(name, self.version)
+        self._pool = pool
+        self._regions = regions
+        self._validator = RequestValidator(cfg)
+        self._log = logging.getLogger(f"pbserve.model.{name}")
+        self.scheduler: Scheduler | None = None
+        self.instances: list[ModelInstance] = []
+
+    @property
+    def model_path(self) -> Path:
+        return self.model_dir / self.version / (self.cfg.default_model_filename or "model.py")
+
+    def is_ready(self) -> bool:
+        return bool(self.instances) and all(
+            i.state in (InstanceState.READY, InstanceState.RESTARTING) for i in self.instances)
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def load(self) -> None:
+        """Start every instance (in parallel); if one fails, stop the others and raise."""
+        self.scheduler = Scheduler(self.cfg)
+        config_json = config_to_json(self.cfg)
+        for group_index, group in enumerate(self.cfg.instance_group):
+            group_name = group.name or f"{self.name}_{group_index}"
+            for i in range(max(group.count, 1)):
+                device = group.gpus[i % len(group.gpus)] if group.gpus else 0
+                instance_name = f"{group_name}_{i}"
+                args = {
+                    "model_config": config_json,
+                    "model_instance_kind": _KIND_NAME.get(group.kind, "CPU"),
+                    "model_instance_name": instance_name,
+                    "model_instance_device_id": str(device),
+                    "model_repository": str(self.model_dir),
+                    "model_version": self.version,
+                    "model_name": self.name,
+                }
+                self.instances.append(ModelInstance(
+                    model_name=self.name, model_version=self.version, name=instance_name,
+                    model_path=str(self.model_path), init_args=args,
+                    decoupled=self.decoupled, regions=self._regions,
+                    on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
+                    model_log=self._log))
+        self.scheduler.instances = self.instances
+        results = await asyncio.gather(*(i.start() for i in self.instances),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self.unload()
+            raise errors[0]
+
+    async def unload(self) -> None:
+        """Fail what is queued, finalize every instance (their in-flight work first)."""
+        if self.scheduler is not None:
+            for pending in self.scheduler.drain():
+                pending.deliver(self._error(pending, ServerError(
+                    ErrorCode.UNAVAILABLE, f"model '{self.name}' is being unloaded")))
+        await self._wait_idle()
+        await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
+        self.instances = []
+
+    async def _wait_idle(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while any(i.busy for i in self.instances) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    # -- requests ---------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.decoupled:
+            raise ServerError(ErrorCode.UNSUPPORTED, (
+                f"[request id: {request.id or '<id_unknown>'}] model '{self.name}' is using "
+                f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
+                f"HTTP generate_stream) to receive its responses"))
+        pending = self._submit(request, streaming=False)
+        assert pending.future is not None
+        response = await pending.future
+        self._count(pending, response)
+        return response
+
+    async def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        pending = self._submit(request, streaming=True)
+        assert pending.stream is not None
+        failed = False
+        while True:
+            response = await pending.stream.get()
+            failed = failed or response.error is not None
+            if response.final:
+                self._count(pending, response if not failed else _failed(response))
+                yield response
+                return
+            yield response
+
+    def _submit(self, request: InferRequest, streaming: bool) -> PendingRequest:
+        batch_size = self._validator.validate(request)
+        descs, blocks = self._copy_inputs(request, batch_size)
+        key = next(_keys)
+        params = json.dumps(request.parameters) if request.parameters else "{}"
+        requested = tuple(request.requested_outputs) if request.requested_outputs else None
+        msg = (key, request.id, request.correlation_id, request.flags, params,
+               request.timeout_us, requested, descs)
+        pending = PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
+                                 streaming)
+        self.stats.pending += 1
+        assert self.scheduler is not None
+        self.scheduler.submit(pending)
+        return pending
+
+    def _copy_inputs(self, request: InferRequest, batch_size: int
+                     ) -> tuple[tuple, list[Block]]:
+        """One copy of each input into the parent's pool; descriptors for the stub."""
+        descs = []
+        blocks = []
+        try:
+            for tensor in request.inputs:
+                src = memoryview(tensor.data).cast("B")
+                block = self._pool.alloc(src.nbytes)
+                blocks.append(block)
+                if src.nbytes:
+                    np.frombuffer(self._pool.view(block), np.uint8)[:] = np.frombuffer(
+                        src, np.uint8)
+                shape = self._validator.model_shape(tensor, batch_size)
+                descs.append((tensor.name, tensor.datatype, shape, block.region,
+                              block.offset, src.nbytes))
+        except BaseException:
+            self._free_blocks(blocks)
+            raise
+        return tuple(descs), blocks
+
+    def _free_blocks(self, blocks: list[Block]) -> None:
+        for block in blocks:
+            self._pool.free(block.region, block.offset)
+
+    def _on_batch_done(self, batch: list[PendingRequest]) -> None:
+        self.stats.exec_count += 1
+        now = time.monotonic_ns()
+        for pending in batch:
+            if pending.exec_start_ns:
+                self.stats.compute_infer_us += (now - pending.exec_start_ns) // 1000
+
+    def _count(self, pending: PendingRequest, response: InferResponse) -> None:
+        stats = self.stats
+        stats.pending -= 1
+        stats.request_us += (time.monotonic_ns() - pending.arrival_ns) // 1000
+        if response.error is None:
+            stats.success += 1
+            stats.inference_count += pending.batch_size
+        else:
+            stats.failure += 1
+
+    def _error(self, pending: PendingRequest, error: ServerError) -> InferResponse:
+        return InferResponse(self.name, self.version, pending.request.id, error=error)
+
+
+def _failed(response: InferResponse) -> InferResponse:
+    """A stand-in that counts a stream with an error response as failed."""
+    return InferResponse(response.model_name, response.model_version, response.id,
+                         error=ServerError(ErrorCode.INTERNAL, "stream had an error"))

@@ -1,0 +1,60 @@
+"""A request on its way through the backend, and where its responses go."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+from pbserve.backend.types import InferRequest, InferResponse
+from shm.pool import Block
+
+
+class PendingRequest:
+    """What the parent keeps for a request between its arrival and its final response.
+
+    Its input blocks live in the parent's pool until the request completes; `finish`
+    frees them and tells the sink. Responses go to `deliver`, which a unary caller reads
+    through `future` and a streaming caller through `stream`.
+    """
+
+    __slots__ = ("key", "request", "inputs", "blocks", "batch_size", "future", "stream",
+                 "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done", "cancelled")
+
+    def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
+                 batch_size: int, free_blocks: Callable[[list[Block]], None],
+                 streaming: bool) -> None:
+        self.key = key
+        self.request = request
+        self.inputs = inputs
+        self.blocks = blocks
+        self.batch_size = batch_size
+        loop = asyncio.get_running_loop()
+        self.future: asyncio.Future | None = None if streaming else loop.create_future()
+        self.stream: asyncio.Queue | None = asyncio.Queue() if streaming else None
+        self.arrival_s = loop.time()
+        self.arrival_ns = time.monotonic_ns()
+        self.exec_start_ns = 0
+        self._free_blocks = free_blocks
+        self.done = False
+        self.cancelled = False
+
+    def deliver(self, response: InferResponse) -> None:
+        """Hand one response to the caller; a final one completes the request."""
+        if self.done:
+            response.release()
+            return
+        if response.final:
+            self._complete()
+        if self.stream is not None:
+            self.stream.put_nowait(response)
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(response)
+        else:
+            response.release()
+
+    def _complete(self) -> None:
+        self.done = True
+        blocks, self.blocks = self.blocks, []
+        if blocks:
+            self._free_blocks(blocks)

@@ -1,0 +1,133 @@
+"""One stub child process and the three shm queues to it, seen from the parent.
+
+It knows nothing of models: it starts `python -m stub`, turns the up queue into calls
+of `on_messages(batch)` on the parent's event loop (a reader thread blocks on the
+semaphore and hands decoded messages over in batches), reports the process's exit with
+`on_exit(returncode)`, and removes every shm name of the stub when it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+from shm.names import new_prefix, unlink_prefix
+from shm.queue import MessageQueue, QueueClosed
+from stub import protocol as p
+from stub.stub import queue_names
+
+READ_POLL_S = 0.5
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def stub_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The parent's environment, with pbserve's packages importable by the stub."""
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = _PROJECT_ROOT + (os.pathsep + path if path else "")
+    if extra:
+        env.update(extra)
+    return env
+
+
+class StubProcess:
+    def __init__(self, instance_name: str, loop: asyncio.AbstractEventLoop,
+                 on_messages: Callable[[list[tuple]], None],
+                 on_exit: Callable[[int], None], python: str | None = None,
+                 queue_capacity: int = 1 << 20) -> None:
+        self.instance_name = instance_name
+        self.prefix = new_prefix()
+        self._loop = loop
+        self._on_messages = on_messages
+        self._on_exit = on_exit
+        main, control, up = queue_names(self.prefix)
+        self.main_q = MessageQueue.create(main, queue_capacity)
+        self.control_q = MessageQueue.create(control, queue_capacity)
+        self.up_q = MessageQueue.create(up, queue_capacity)
+        self._closing = False
+        self._exited = threading.Event()
+        self.returncode: int | None = None
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", "stub", "--prefix", self.prefix,
+             "--parent-pid", str(os.getpid()), "--name", instance_name],
+            env=stub_environment(), stdin=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name=f"pbserve-read-{instance_name}")
+        self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                         name=f"pbserve-watch-{instance_name}")
+        self._reader.start()
+        self._watcher.start()
+
+    # -- sending ----------------------------------------------------------------------
+    def send(self, message: tuple) -> None:
+        self.main_q.put(p.encode(message))
+
+    def send_control(self, message: tuple) -> None:
+        self.control_q.put(p.encode(message))
+
+    # -- receiving (threads) ----------------------------------------------------------
+    def _read(self) -> None:
+        get, decode = self.up_q.get, p.decode
+        while not self._closing:
+            try:
+                raw = get(READ_POLL_S)
+                if raw is None:
+                    continue
+                batch = [decode(raw)] if raw else []
+                while (raw := get(0)) is not None:
+                    if raw:
+                        batch.append(decode(raw))
+            except QueueClosed:
+                return
+            if batch and not self._closing:
+                self._loop.call_soon_threadsafe(self._on_messages, batch)
+
+    def _watch(self) -> None:
+        code = self.proc.wait()
+        self.returncode = code
+        self._exited.set()
+        if not self._closing:
+            try:
+                self._loop.call_soon_threadsafe(self._on_exit, code)
+            except RuntimeError:  # the loop is closed: the server is gone already
+                pass
+
+    # -- ending -----------------------------------------------------------------------
+    def alive(self) -> bool:
+        # Not proc.poll(): while the watcher thread waits, poll() cannot see the exit.
+        return not self._exited.is_set()
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+
+    async def wait_exit(self, timeout: float) -> bool:
+        """Wait for the process to end; False on timeout."""
+        deadline = self._loop.time() + timeout
+        while self.alive():
+            if self._loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    def close(self) -> None:
+        """Stop the threads and remove every shm name of this stub (queues, its pool).
+
+        Called once the process is gone (or killed): nothing of it may outlive this.
+        """
+        self._closing = True
+        self.kill()
+        for queue in (self.main_q, self.control_q, self.up_q):
+            queue.unlink()
+        if self._reader.is_alive() and threading.current_thread() is not self._reader:
+            self.up_q.wake()
+            self._reader.join(2 * READ_POLL_S)
+        for queue in (self.main_q, self.control_q, self.up_q):
+            queue.close()
+        unlink_prefix(self.prefix)

@@ -1,0 +1,66 @@
+"""What frontends hand to the backend and get back: requests, responses, raw tensors.
+
+Tensor data is always raw bytes in Triton's layout (little-endian, C order; BYTES
+elements each a 4-byte little-endian length then the bytes). Frontends never see
+numpy objects built by the backend, nor shm internals: only buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+from pbserve.errors import ServerError
+
+Buffer = Union[bytes, bytearray, memoryview]
+ParamValue = Union[bool, int, float, str]
+
+# Request flags, as Triton's TRITONSERVER_REQUEST_FLAG_*.
+FLAG_SEQUENCE_START = 1
+FLAG_SEQUENCE_END = 2
+
+
+@dataclass
+class TensorData:
+    """One named tensor: Triton datatype name ("FP32", "BYTES", ...), shape, raw bytes."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: Buffer
+
+
+@dataclass
+class InferRequest:
+    """An inference request as a frontend decoded it."""
+
+    model_name: str
+    model_version: str = ""  # "" = the version the model's policy serves (latest)
+    id: str = ""
+    inputs: list[TensorData] = field(default_factory=list)
+    requested_outputs: list[str] | None = None  # None = every output the model makes
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    correlation_id: int | str = 0
+    flags: int = 0
+    priority: int = 0
+    timeout_us: int = 0
+
+
+@dataclass
+class InferResponse:
+    """One response. `release()` must be called once its data has been sent: the
+    output buffers may be views on shared memory that go back to the pool then."""
+
+    model_name: str
+    model_version: str
+    id: str = ""
+    outputs: list[TensorData] = field(default_factory=list)
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    error: ServerError | None = None
+    final: bool = True
+    _release: Callable[[], None] | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()

@@ -1,0 +1,88 @@
+"""The HTTP/REST frontend (KServe v2 + Triton's extensions) and the metrics endpoint.
+
+    server = await start_http_server(core, "0.0.0.0", 8000)
+    metrics = await start_metrics_server(core, "0.0.0.0", 8002)
+    ...
+    await server.close()
+
+Both listen on the running event loop (uvloop when the caller installed it; the
+protocol is loop-agnostic) and talk only to the InferenceCore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from pbserve.backend.api import InferenceCore
+from pbserve.server.http_messages import (
+    HttpReply, HttpRequest, HttpStreamReply, message_reply)
+from pbserve.server.http_protocol import HttpConnection
+from pbserve.server.http_routes import Routes
+
+log = logging.getLogger("pbserve.http")
+
+CONTENT_METRICS = b"text/plain; version=0.0.4; charset=utf-8"
+# How long close() lets requests in progress finish before cutting them off.
+CLOSE_GRACE_S = 5.0
+
+Handler = Callable[[HttpRequest], Awaitable["HttpReply | HttpStreamReply"]]
+
+
+class HttpServer:
+    """A listening socket and its connections; `close()` stops both."""
+
+    def __init__(self, server: asyncio.AbstractServer,
+                 connections: set[HttpConnection]) -> None:
+        self._server = server
+        self._connections = connections
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when started on port 0)."""
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Stop accepting, close idle connections, give busy ones `grace_s` to answer."""
+        self._server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while True:
+            for connection in list(self._connections):
+                if connection.idle:
+                    connection.close()
+            if not self._connections or loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.02)
+        for connection in list(self._connections):
+            connection.abort()
+        await self._server.wait_closed()
+
+
+async def serve(handler: Handler, host: str, port: int) -> HttpServer:
+    """Listen on host:port and answer every request with `handler`."""
+    loop = asyncio.get_running_loop()
+    connections: set[HttpConnection] = set()
+    server = await loop.create_server(lambda: HttpConnection(handler, connections),
+                                      host, port, reuse_address=True, backlog=1024)
+    log.info("HTTP server listening on %s:%d", host, server.sockets[0].getsockname()[1])
+    return HttpServer(server, connections)
+
+
+async def start_http_server(core: InferenceCore, host: str, port: int) -> HttpServer:
+    """The KServe v2 HTTP/REST endpoint (Triton's --http-port)."""
+    return await serve(Routes(core), host, port)
+
+
+async def start_metrics_server(core: InferenceCore, host: str, port: int) -> HttpServer:
+    """GET /metrics in Prometheus text format (Triton's --metrics-port)."""
+
+    async def metrics(request: HttpRequest) -> HttpReply:
+        if request.path != "/metrics":
+            return message_reply(404, "Not Found")
+        if request.method != b"GET":
+            return message_reply(405, "Method Not Allowed")
+        return HttpReply(200, (core.metrics_text().encode(),), CONTENT_METRICS)
+
+    return await serve(metrics, host, port)

@@ -1,0 +1,79 @@
+"""POST /v2/models/{m}[/versions/{v}]/infer: the hot path.
+
+Body layout (binary tensor extension): a JSON header of `Inference-Header-Content-Length`
+bytes, then the binary inputs back to back in the order of `inputs`. The reply mirrors
+it: JSON header, then the binary outputs, with the same header naming the JSON size.
+Binary inputs reach the core as memoryview slices of the body; binary outputs are
+written from the response's own buffers, and the response is released once sent.
+"""
+
+from __future__ import annotations
+
+from pbserve.backend.api import InferenceCore
+from pbserve.backend.types import InferResponse
+from pbserve.errors import ErrorCode, ServerError, invalid_arg
+from pbserve.server import http_codec as codec
+from pbserve.server import jsonio
+from pbserve.server.http_compression import compress, decompress_body, response_encoding
+from pbserve.server.http_messages import (
+    CONTENT_BINARY, CONTENT_JSON, HttpReply, HttpRequest, error_reply)
+
+HEADER_LENGTH = b"inference-header-content-length"
+HEADER_LENGTH_OUT = b"Inference-Header-Content-Length"
+_EMPTY = memoryview(b"")
+
+
+def split_body(request: HttpRequest) -> tuple[object, memoryview]:
+    """The parsed JSON header and the binary section of an infer request body."""
+    body = decompress_body(request.headers.get(b"content-encoding"), request.body)
+    value = request.headers.get(HEADER_LENGTH)
+    if value is None:
+        return codec.parse_json(body, "request"), _EMPTY
+    length = int(value) if value.isdigit() else -1
+    if length < 0 or length > len(body):
+        raise invalid_arg(f"inference header size should be in range (0, {len(body)}), "
+                          f"got: {value.decode('latin-1')}")
+    if length == 0:
+        raise invalid_arg("a request body without a JSON header (raw binary input, "
+                          "Inference-Header-Content-Length: 0) is not supported")
+    view = memoryview(body)
+    return codec.parse_json(view[:length], "request"), view[length:]
+
+
+async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
+                       version: str) -> HttpReply:
+    if core.is_decoupled(model, version):
+        raise ServerError(ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models "
+                          "with decoupled transaction policy")
+    header, binary = split_body(request)
+    infer_request, plan = codec.decode_infer_request(model, version, header, binary)
+    response = await core.infer(infer_request)
+    try:
+        return response_reply(response, plan, request.headers.get(b"accept-encoding"))
+    except BaseException:
+        response.release()
+        raise
+
+
+def response_reply(response: InferResponse, plan: codec.OutputPlan,
+                   accept_encoding: bytes | None) -> HttpReply:
+    """The HTTP reply of one response; it owns the response until sent."""
+    if response.error is not None:
+        reply = error_reply(response.error)
+        response.release()
+        return reply
+    head, buffers = codec.encode_infer_response(response, plan)
+    header = jsonio.dumps(head)
+    headers: list[tuple[bytes, bytes]] = []
+    content_type = CONTENT_JSON
+    if buffers:
+        content_type = CONTENT_BINARY
+        headers.append((HEADER_LENGTH_OUT, b"%d" % len(header)))
+    encoding = response_encoding(accept_encoding)
+    if encoding is not None:
+        body = [compress(encoding, [header, *buffers])]
+        response.release()
+        headers.append((b"Content-Encoding", encoding))
+        return HttpReply(200, body, content_type, headers)
+    return HttpReply(200, [header, *buffers], content_type, headers,
+                     on_sent=response.release)

@@ -1,0 +1,280 @@
+"""One HTTP/1.1 connection: an asyncio.Protocol over the `httptools` parser.
+
+Chosen over uvicorn/aiohttp by measurement (docs/http_stack.md): the protocol does
+only what KServe clients need (keep-alive, pipelining in order, Content-Length and
+chunked bodies, `Expect: 100-continue`, chunked replies for server-sent events) and
+nothing per request that the infer path does not use.
+
+Requests of one connection are handled one at a time, in order (HTTP/1.1 replies
+must keep the order of pipelined requests). Reply buffers may be views on shared
+memory: `HttpReply.on_sent` runs only once the transport no longer holds them
+(its write buffer drained) or the connection is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import http
+import logging
+from typing import Awaitable, Callable
+
+import httptools
+
+from pbserve.server.http_messages import (
+    HttpReply, HttpRequest, HttpStreamReply, message_reply)
+
+log = logging.getLogger("pbserve.http")
+
+Handler = Callable[[HttpRequest], Awaitable["HttpReply | HttpStreamReply"]]
+
+# Replies up to this size are joined into one buffer (one write, one syscall); larger
+# ones are written buffer by buffer so that big tensors are not copied again.
+JOIN_LIMIT = 256 * 1024
+# Bodies larger than this are gathered into one preallocated buffer as they arrive
+# rather than kept as a list of chunks and joined at the end.
+PREALLOCATE_LIMIT = 1024 * 1024
+# Stop reading from a client that pipelines more than this many requests ahead.
+MAX_PENDING = 32
+
+_STATUS_LINES = {
+    int(s): b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in http.HTTPStatus
+}
+_STATUS_LINES[499] = b"HTTP/1.1 499 Client Closed Request\r\n"
+
+
+def status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    return line if line is not None else b"HTTP/1.1 %d Unknown\r\n" % status
+
+
+def render_head(status: int, content_type: bytes | None,
+                headers: tuple | list, length: int | None, keep_alive: bool) -> bytes:
+    """Status line and headers; `length` None means a chunked body."""
+    parts = [status_line(status)]
+    if content_type is not None:
+        parts.append(b"Content-Type: %s\r\n" % content_type)
+    for name, value in headers:
+        parts.append(b"%s: %s\r\n" % (name, value))
+    if length is None:
+        parts.append(b"Transfer-Encoding: chunked\r\n")
+    else:
+        parts.append(b"Content-Length: %d\r\n" % length)
+    if not keep_alive:
+        parts.append(b"Connection: close\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+class _Body:
+    """The body of the request being parsed: a list of chunks, or one preallocated
+    buffer filled in place when Content-Length says it is large."""
+
+    __slots__ = ("chunks", "buffer", "filled")
+
+    def __init__(self, content_length: int) -> None:
+        self.chunks: list[bytes] = []
+        self.buffer = bytearray(content_length) if content_length > PREALLOCATE_LIMIT else None
+        self.filled = 0
+
+    def add(self, chunk: bytes) -> None:
+        buffer = self.buffer
+        if buffer is None:
+            self.chunks.append(chunk)
+            return
+        end = self.filled + len(chunk)
+        if end > len(buffer):  # cannot happen with a Content-Length body; be safe
+            buffer.extend(b"\0" * (end - len(buffer)))
+        buffer[self.filled:end] = chunk
+        self.filled = end
+
+    def value(self) -> bytes | bytearray:
+        if self.buffer is not None:
+            return self.buffer
+        chunks = self.chunks
+        if len(chunks) == 1:
+            return chunks[0]
+        return b"".join(chunks)
+
+
+class HttpConnection(asyncio.Protocol):
+    """Parses requests off the socket, hands each to `handler`, writes its reply."""
+
+    def __init__(self, handler: Handler, connections: set["HttpConnection"]) -> None:
+        self._handler = handler
+        self._connections = connections
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._body = _Body(0)
+        self._pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
+        self._task: asyncio.Task | None = None
+        self._reading_paused = False
+        self._drained: asyncio.Future | None = None
+        self.closed = False
+
+    # --- asyncio.Protocol ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        # high=0: any data left in the transport's buffer pauses us, and resume_writing
+        # comes exactly when it drained; that is when reply buffers may be released.
+        transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined]
+        self._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._connections.discard(self)
+        self._wake_drain()
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_drain()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(message_reply(400, "protocol upgrade is not supported"))
+        except httptools.HttpParserError as exc:
+            self._fail(message_reply(400, f"malformed HTTP request: {exc}"))
+
+    # --- httptools callbacks -------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        headers = self._headers
+        length = headers.get(b"content-length")
+        self._body = _Body(int(length) if length is not None and length.isdigit() else 0)
+        if headers.get(b"expect", b"").lower() == b"100-continue":
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, chunk: bytes) -> None:
+        self._body.add(chunk)
+
+    def on_message_complete(self) -> None:
+        path, _, query = self._url.partition(b"?")
+        request = HttpRequest(self._parser.get_method(), path.decode("latin-1"), query,
+                              self._headers, self._body.value())
+        self._body = _Body(0)
+        self._pending.append((request, self._parser.should_keep_alive()))
+        if self._task is None:
+            self._task = self._loop.create_task(self._serve())
+        elif len(self._pending) > MAX_PENDING and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    # --- serving ------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        """Handle the queued requests in order, then end; a new one restarts it."""
+        try:
+            while self._pending and not self.closed:
+                request, keep_alive = self._pending.popleft()
+                if self._reading_paused and len(self._pending) <= MAX_PENDING // 2:
+                    self._reading_paused = False
+                    self._transport.resume_reading()
+                reply = await self._call_handler(request)
+                if isinstance(reply, HttpStreamReply):
+                    await self._send_stream(reply, keep_alive)
+                else:
+                    await self._send(reply, keep_alive)
+                if not keep_alive:
+                    self._transport.close()
+                    return
+        finally:
+            self._task = None
+
+    async def _call_handler(self, request: HttpRequest) -> HttpReply | HttpStreamReply:
+        try:
+            return await self._handler(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a handler bug must not kill the connection
+            log.exception("HTTP %s %s failed", request.method.decode(), request.path)
+            return message_reply(500, "internal server error")
+
+    async def _send(self, reply: HttpReply, keep_alive: bool) -> None:
+        try:
+            if self.closed:
+                return
+            body = reply.body
+            length = 0
+            for part in body:
+                length += len(part)
+            head = render_head(reply.status, reply.content_type, reply.headers, length,
+                               keep_alive)
+            transport = self._transport
+            if length <= JOIN_LIMIT:
+                transport.write(b"".join((head, *body)) if body else head)
+            else:
+                transport.write(head)
+                for part in body:
+                    transport.write(part)
+                if reply.on_sent is not None:
+                    await self._drain()
+        finally:
+            if reply.on_sent is not None:
+                reply.on_sent()
+
+    async def _send_stream(self, reply: HttpStreamReply, keep_alive: bool) -> None:
+        chunks = reply.chunks
+        try:
+            self._transport.write(render_head(reply.status, reply.content_type, (), None,
+                                              keep_alive))
+            async for chunk in chunks:
+                if self.closed:
+                    break
+                self._transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if not self.closed:
+                self._transport.write(b"0\r\n\r\n")
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _drain(self) -> None:
+        """Wait until the transport holds none of our buffers (or the peer is gone)."""
+        while self._drained is not None and not self.closed:
+            await self._drained
+
+    def _wake_drain(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def _fail(self, reply: HttpReply) -> None:
+        """A request we cannot parse: answer it and close, as the stream is lost."""
+        if self._task is None and not self.closed:
+            self._transport.write(render_head(reply.status, reply.content_type, (),
+                                              sum(map(len, reply.body)), False))
+            self._transport.writelines(reply.body)
+        self._transport.close()
+
+    # --- shutdown -----------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        return self._task is None
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._transport is not None:
+            self._transport.abort()

@@ -1,0 +1,129 @@
+"""Triton's HTTP URL space, mapped onto the InferenceCore.
+
+Paths are matched by splitting on "/" (no regular expressions on the hot path); the
+accepted shapes are those of Triton's own patterns:
+
+    /v2                                       GET  server metadata
+    /v2/health/(live|ready)                   GET  200 or 400, no body
+    /v2/models/stats                          GET  statistics of every model
+    /v2/models/M[/versions/V][/KIND]          KIND: "" (metadata), ready, config, stats
+                                                   (GET); infer, generate,
+                                                   generate_stream (POST)
+    /v2/repository[/R]/index                  POST
+    /v2/repository[/R]/models/M/(load|unload) POST (a repository name R: 501, as Triton)
+
+Anything else is 404 `{"error": "Not Found"}`; a known path with the wrong method is
+405 `{"error": "Method Not Allowed"}`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import unquote
+
+from pbserve.backend.api import InferenceCore
+from pbserve.errors import ServerError
+from pbserve.server import http_repository, http_stats
+from pbserve.server.http_codec import error_of
+from pbserve.server.http_generate import handle_generate
+from pbserve.server.http_infer import handle_infer
+from pbserve.server.http_messages import (
+    HttpReply, HttpRequest, HttpStreamReply, error_reply, json_reply, message_reply)
+
+log = logging.getLogger("pbserve.http")
+
+GET = b"GET"
+POST = b"POST"
+_MODEL_KINDS = {"": GET, "ready": GET, "config": GET, "stats": GET,
+                "infer": POST, "generate": POST, "generate_stream": POST}
+_OK = HttpReply(200, (), content_type=None)
+
+Reply = HttpReply | HttpStreamReply
+
+
+def not_found() -> HttpReply:
+    return message_reply(404, "Not Found")
+
+
+def method_not_allowed() -> HttpReply:
+    return message_reply(405, "Method Not Allowed")
+
+
+class Routes:
+    """The request handler of the HTTP server: dispatch, then map errors to replies."""
+
+    def __init__(self, core: InferenceCore) -> None:
+        self._core = core
+
+    async def __call__(self, request: HttpRequest) -> Reply:
+        try:
+            return await self._dispatch(request)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a reply
+            error = error_of(exc)
+            if not isinstance(exc, ServerError):
+                log.exception("HTTP %s %s failed", request.method.decode(), request.path)
+            return error_reply(error)
+
+    async def _dispatch(self, request: HttpRequest) -> Reply:
+        parts = request.path.split("/")
+        if len(parts) < 2 or parts[0] or parts[1] != "v2":
+            return not_found()
+        if len(parts) >= 4 and parts[2] == "models":
+            return await self._model(request, parts)
+        if len(parts) == 2:
+            return self._get(request, self._core.server_metadata)
+        if parts[2] == "health" and len(parts) == 4 and parts[3] in ("live", "ready"):
+            return self._health(request, parts[3])
+        if parts[2] == "repository":
+            return await http_repository.handle(self._core, request, parts[3:])
+        return not_found()
+
+    async def _model(self, request: HttpRequest, parts: list[str]) -> Reply:
+        name, rest = parts[3], parts[4:]
+        if len(parts) == 4 and name == "stats":
+            return self._get(request, lambda: http_stats.all_models(self._core))
+        version = ""
+        if rest and rest[0] == "versions":
+            if len(rest) < 2 or not (rest[1].isascii() and rest[1].isdigit()):
+                return not_found()
+            version, rest = rest[1], rest[2:]
+        kind = rest[0] if len(rest) == 1 else ("" if not rest else None)
+        method = _MODEL_KINDS.get(kind) if kind is not None else None
+        if not name or method is None:
+            return not_found()
+        if request.method != method:
+            return method_not_allowed()
+        if "%" in name:
+            name = unquote(name)
+        return await self._model_kind(request, kind, name, version)
+
+    async def _model_kind(self, request: HttpRequest, kind: str, name: str,
+                          version: str) -> Reply:
+        core = self._core
+        if kind == "infer":
+            return await handle_infer(core, request, name, version)
+        if kind == "":
+            return json_reply(core.model_metadata(name, version))
+        if kind == "ready":
+            if core.model_ready(name, version):
+                return _OK
+            return message_reply(400, "Model version not ready")
+        if kind == "config":
+            return json_reply(core.model_config(name, version))
+        if kind == "stats":
+            return json_reply(http_stats.model(core, name, version))
+        return await handle_generate(core, request, name, version,
+                                     streaming=kind == "generate_stream")
+
+    @staticmethod
+    def _get(request: HttpRequest, produce: Any) -> HttpReply:
+        if request.method != GET:
+            return method_not_allowed()
+        return json_reply(produce())
+
+    def _health(self, request: HttpRequest, kind: str) -> HttpReply:
+        if request.method != GET:
+            return method_not_allowed()
+        ok = self._core.is_live() if kind == "live" else self._core.is_ready()
+        return _OK if ok else HttpReply(400, (), content_type=None)

@@ -1,0 +1,119 @@
+"""Start a real pbserve on free ports, for tests (yours and ours).
+
+    from pbserve.testing import running_server
+    with running_server("models/examples") as server:
+        client = server.http_client()
+        ...
+
+The server is a real `pbserve` process with real stub processes; it is stopped (SIGINT,
+then SIGKILL if it hangs) when the block ends, even when the block fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator, Sequence
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, repositories: Sequence[str | os.PathLike], args: Sequence[str] = (),
+                 log_path: str | os.PathLike | None = None) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.http_url = f"127.0.0.1:{self.http_port}"
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        command = [sys.executable, "-m", "pbserve"]
+        for repo in repositories:
+            command += ["--model-repository", str(repo)]
+        command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+                    "--metrics-port", str(self.metrics_port), *args]
+        self.log_path = Path(log_path) if log_path else None
+        self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 30.0, path: str = "/v2/health/ready") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"pbserve exited with status {self.proc.returncode} "
+                                   f"before it was ready{self._log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=1):
+                    return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.05)
+        raise TimeoutError(f"pbserve not ready after {timeout} s{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        if self.log_path is None:
+            return ""
+        self._log.flush()
+        return "; log ends:\n" + self.log_path.read_text(errors="replace")[-3000:]
+
+    def log_text(self) -> str:
+        if self.log_path is None:
+            return ""
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def http_client(self, **kwargs):
+        import tritonclient.http as httpclient
+
+        return httpclient.InferenceServerClient(self.http_url, **kwargs)
+
+    def grpc_client(self, **kwargs):
+        import tritonclient.grpc as grpcclient
+
+        return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGINT, wait; SIGKILL the whole session if it does not end. Returns the status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
+                   log_path: str | os.PathLike | None = None,
+                   ready_timeout: float = 30.0, ready_path: str = "/v2/health/ready"
+                   ) -> Iterator[RunningServer]:
+    """A ready pbserve serving `repositories`; stopped when the block ends.
+
+    With a model that fails to load the server is live but never ready (Triton's strict
+    readiness): pass `ready_path="/v2/health/live"` then; models load before it is live.
+    """
+    server = RunningServer(repositories, args, log_path)
+    try:
+        server.wait_ready(ready_timeout, ready_path)
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,161 @@
+"""A growable allocator over shared-memory regions owned by this process.
+
+Each process allocates only in its own pool; the other side maps those regions by name
+(`RegionMap`) and hands blocks back with a message when it is done with them. So no
+allocator state is shared between processes and no cross-process lock is needed.
+
+Blocks come in size classes (powers of two up to 256 KiB, then multiples of 64 KiB) with
+a free list per class, so a buffer of the same size is reused, already faulted in:
+repeated 64 MiB requests cost a memcpy, not page faults. Regions are kept until the pool
+closes (as Triton's pool, it never shrinks).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from shm.region import Region, ShmExhausted
+
+MIB = 1 << 20
+DEFAULT_SIZE = 4 * MIB
+DEFAULT_GROWTH = 4 * MIB
+_MIN_CLASS = 64
+_POW2_LIMIT = 256 * 1024
+_LARGE_STEP = 64 * 1024
+
+
+def size_class(nbytes: int) -> int:
+    """The block size that holds `nbytes`."""
+    if nbytes <= _MIN_CLASS:
+        return _MIN_CLASS
+    if nbytes <= _POW2_LIMIT:
+        return 1 << (nbytes - 1).bit_length()
+    return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
+
+
+@dataclass(frozen=True)
+class Block:
+    """An allocation: where it lives and how many bytes of it are in use."""
+
+    region: str
+    offset: int
+    nbytes: int
+
+
+class Pool:
+    """Allocator over regions named `<prefix>-p<index>`; thread-safe."""
+
+    def __init__(self, prefix: str, default_size: int = DEFAULT_SIZE,
+                 growth_size: int = DEFAULT_GROWTH, max_bytes: int | None = None) -> None:
+        self.prefix = prefix
+        self.default_size = default_size
+        self.growth_size = growth_size
+        self.max_bytes = max_bytes
+        self._regions: dict[str, Region] = {}
+        self._current: Region | None = None
+        self._bump = 0
+        self._free: dict[int, list[tuple[str, int]]] = {}
+        self._live: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.size for r in self._regions.values())
+
+    @property
+    def live_blocks(self) -> int:
+        return len(self._live)
+
+    def region(self, name: str) -> Region:
+        return self._regions[name]
+
+    def alloc(self, nbytes: int) -> Block:
+        """A block of at least `nbytes`; grows the pool by a region when needed."""
+        cls = size_class(nbytes)
+        with self._lock:
+            free = self._free.get(cls)
+            if free:
+                name, offset = free.pop()
+            else:
+                name, offset = self._carve(cls)
+            self._live[(name, offset)] = cls
+        return Block(name, offset, nbytes)
+
+    def view(self, block: Block) -> memoryview:
+        return self._regions[block.region].view(block.offset, block.nbytes)
+
+    def free(self, region: str, offset: int) -> None:
+        """Return a block to its free list; freeing twice is an error."""
+        with self._lock:
+            cls = self._live.pop((region, offset), None)
+            if cls is None:
+                raise ValueError(f"shm block {region}@{offset} is not allocated")
+            self._free.setdefault(cls, []).append((region, offset))
+
+    def _carve(self, cls: int) -> tuple[str, int]:
+        region = self._current
+        if region is None or self._bump + cls > region.size:
+            region = self._grow(cls)
+        offset = self._bump
+        self._bump += cls
+        return region.name, offset
+
+    def _grow(self, at_least: int) -> Region:
+        base = self.default_size if not self._regions else self.growth_size
+        size = max(base, at_least)
+        if self.max_bytes is not None and self.total_bytes + size > self.max_bytes:
+            raise ShmExhausted(
+                f"shared-memory pool {self.prefix} cannot grow by {size} bytes: it holds "
+                f"{self.total_bytes} of its limit of {self.max_bytes} bytes")
+        name = f"{self.prefix}-p{len(self._regions)}"
+        region = Region.create(name, size)
+        self._regions[name] = region
+        self._current, self._bump = region, 0
+        return region
+
+    def close(self) -> None:
+        """Unlink and unmap every region."""
+        with self._lock:
+            for region in self._regions.values():
+                region.unlink()
+                region.close()
+            self._regions.clear()
+            self._free.clear()
+            self._live.clear()
+            self._current = None
+
+
+class RegionMap:
+    """Regions of other processes, attached on first use and cached by name."""
+
+    def __init__(self) -> None:
+        self._regions: dict[str, Region] = {}
+        self._lock = threading.Lock()
+
+    def view(self, region: str, offset: int, nbytes: int) -> memoryview:
+        mapped = self._regions.get(region)
+        if mapped is None:
+            with self._lock:
+                mapped = self._regions.get(region)
+                if mapped is None:
+                    mapped = Region.attach(region)
+                    self._regions[region] = mapped
+        if offset < 0 or nbytes < 0 or offset + nbytes > mapped.size:
+            raise ValueError(f"shm block {region}@{offset}+{nbytes} lies outside the region")
+        return mapped.view(offset, nbytes)
+
+    def forget(self, prefix: str) -> None:
+        """Drop the mappings of regions whose name starts with `prefix` (a dead stub's)."""
+        with self._lock:
+            for name in [n for n in self._regions if n.startswith(prefix)]:
+                self._regions.pop(name).close()
+
+    def close(self) -> None:
+        with self._lock:
+            for region in self._regions.values():
+                region.close()
+            self._regions.clear()
+
+
+__all__ = ["Block", "Pool", "RegionMap", "ShmExhausted", "size_class"]

@@ -1,0 +1,75 @@
+"""A named POSIX shared-memory segment mapped into this process."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+
+import posix_ipc
+
+
+class ShmExhausted(MemoryError):
+    """No more shared memory: /dev/shm is full or the pool reached its limit."""
+
+
+class Region:
+    """One segment. The creator owns the name (and unlinks it); others attach by name."""
+
+    def __init__(self, name: str, size: int, map_: mmap.mmap, owner: bool) -> None:
+        self.name = name
+        self.size = size
+        self.map = map_
+        self.owner = owner
+
+    @classmethod
+    def create(cls, name: str, size: int) -> "Region":
+        """Create a segment of `size` bytes, mode 0600, backed by real pages.
+
+        The pages are reserved with posix_fallocate so that a full /dev/shm is a clear
+        error here instead of a SIGBUS at the first write.
+        """
+        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600)
+        try:
+            try:
+                os.posix_fallocate(shm.fd, 0, size)
+            except OSError as err:
+                posix_ipc.unlink_shared_memory(name)
+                if err.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                    raise ShmExhausted(
+                        f"cannot allocate {size} bytes of shared memory in /dev/shm "
+                        f"({os.strerror(err.errno)}); free space in /dev/shm or raise its "
+                        f"size (e.g. docker --shm-size)") from None
+                raise
+            map_ = mmap.mmap(shm.fd, size)
+        finally:
+            shm.close_fd()
+        return cls(name, size, map_, owner=True)
+
+    @classmethod
+    def attach(cls, name: str) -> "Region":
+        """Map an existing segment created by another process."""
+        shm = posix_ipc.SharedMemory(name)
+        try:
+            size = shm.size
+            map_ = mmap.mmap(shm.fd, size)
+        finally:
+            shm.close_fd()
+        return cls(name, size, map_, owner=False)
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """A writable view of `nbytes` at `offset` (no copy)."""
+        return memoryview(self.map)[offset:offset + nbytes]
+
+    def unlink(self) -> None:
+        try:
+            posix_ipc.unlink_shared_memory(self.name)
+        except posix_ipc.ExistentialError:
+            pass
+
+    def close(self) -> None:
+        """Unmap; views still alive keep the mapping until they go (never an error)."""
+        try:
+            self.map.close()
+        except BufferError:
+            pass

@@ -1,0 +1,52 @@
+"""The messages between the parent and a stub, and how they are encoded.
+
+A message is `(kind, *fields)`: plain tuples, ints, strings, dicts and the tensor
+descriptors of `shm.tensor` (tuples), encoded with pickle protocol 5. Tensor bytes never
+travel in a message, only descriptors. Decoding refuses any global (class or function)
+so that a message can only ever build plain data.
+
+Ownership of shm blocks, by message kind:
+- EXECUTE: input blocks belong to the parent's pool; the parent frees them when the
+  request is complete (final response, error or stub death).
+- RESPONSES / SEND: output blocks belong to the stub's pool; the parent hands them back
+  in the `frees` field of a later EXECUTE or a RELEASE once the frontend has sent them.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+# parent -> stub
+INIT = 1          # (INIT, args: dict[str, str], model_path, decoupled: bool)
+EXECUTE = 2       # (EXECUTE, batch_id, requests: tuple[RequestMsg], frees)
+FINALIZE = 3      # (FINALIZE,)
+RELEASE = 4       # control queue: (RELEASE, frees: tuple[(region, offset)])
+CANCEL = 5        # control queue: (CANCEL, key)
+
+# stub -> parent
+READY = 101       # (READY, pid, pool_prefix)
+INIT_DONE = 102   # (INIT_DONE, error: str | None)
+RESPONSES = 103   # (RESPONSES, batch_id, error: str | None, responses: tuple[(key, ResponseMsg | None)])
+SEND = 104        # (SEND, key, response: ResponseMsg | None, flags)
+BATCH_DONE = 105  # (BATCH_DONE, batch_id, error: str | None)  decoupled execute returned
+LOG = 106         # (LOG, level, message, filename, line)
+FINALIZED = 107   # (FINALIZED,)
+
+# RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
+#               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc])
+# ResponseMsg = (error: (code, message) | None, outputs: tuple[TensorDesc], parameters_json)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"message refers to {module}.{name}: only plain data")
+
+
+def encode(message: tuple) -> bytes:
+    return pickle.dumps(message, protocol=5)
+
+
+def decode(data: bytes) -> tuple:
+    return _PlainUnpickler(io.BytesIO(data)).load()

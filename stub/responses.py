@@ -1,0 +1,49 @@
+"""Turning what `execute` returned into response messages, with Triton's rules."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from backend_utils.response import InferenceResponse
+from shm.pool import Pool
+from stub.tensors import output_desc
+
+
+class ExecuteReturnError(Exception):
+    """`execute` returned something Triton refuses; the whole batch fails with it."""
+
+
+def response_msg(response: InferenceResponse, requested: Iterable[str], pool: Pool) -> tuple:
+    """(error, outputs, parameters_json); outputs pruned to the requested names."""
+    if not isinstance(response, InferenceResponse):
+        raise ExecuteReturnError(
+            f"Expected an 'InferenceResponse' object in the execute function return list, "
+            f"found type '{type(response).__name__}'.")
+    error = response.error()
+    if error is not None:
+        return ((int(error.code()), error.message()), (), response.parameters())
+    wanted = set(requested)
+    outputs = tuple(output_desc(t, pool) for t in response.output_tensors()
+                    if not wanted or t.name() in wanted)
+    return (None, outputs, response.parameters())
+
+
+def check_returned(returned: object, request_count: int, decoupled: bool) -> list:
+    """Validate `execute`'s return value; the list of responses (or Nones)."""
+    if decoupled:
+        if returned is not None:
+            raise ExecuteReturnError(
+                "Python model is using the decoupled mode and the execute function must "
+                "return None.")
+        return [None] * request_count
+    if returned is None:
+        return [None] * request_count
+    if not isinstance(returned, list):
+        raise ExecuteReturnError(
+            f"Expected a list in the execute return, found type '{type(returned).__name__}'.")
+    if len(returned) != request_count:
+        raise ExecuteReturnError(
+            f"Number of InferenceResponse objects do not match the number of "
+            f"InferenceRequest objects. InferenceRequest(s) size is:{request_count}, "
+            f"and InferenceResponse(s) size is:{len(returned)}\n")
+    return returned

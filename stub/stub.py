@@ -1,0 +1,207 @@
+"""The stub: one process per model instance, running the user's model.py.
+
+Three queues connect it to the parent (all in shm):
+- main (parent -> stub): INIT, EXECUTE, FINALIZE, read by the main thread, which runs
+  the model's `initialize`, `execute` and `finalize`.
+- control (parent -> stub): RELEASE and CANCEL, read by a control thread so that they
+  arrive while `execute` runs.
+- up (stub -> parent): everything the stub says.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import traceback
+
+from backend_utils import _runtime
+from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL
+from backend_utils.error import TritonError
+from backend_utils.request import InferenceRequest
+from shm.pool import Pool, RegionMap
+from shm.queue import MessageQueue
+from stub import protocol as p
+from stub.async_loop import AsyncLoopThread
+from stub.model_loader import import_model_module, model_class
+from stub.responses import check_returned, response_msg
+from stub.runtime import StubRuntime
+from stub.tensors import input_tensors
+
+PARENT_CHECK_S = 0.5
+LOG_ERROR = 2
+
+
+def queue_names(prefix: str) -> tuple[str, str, str]:
+    """Names of the main, control and up queues of the stub with this prefix."""
+    return prefix + "-m", prefix + "-c", prefix + "-u"
+
+
+class Stub:
+    def __init__(self, prefix: str, parent_pid: int, instance_name: str) -> None:
+        main, control, up = queue_names(prefix)
+        self.main_q = MessageQueue.attach(main)
+        self.control_q = MessageQueue.attach(control)
+        self.up_q = MessageQueue.attach(up)
+        self.pool = Pool(prefix + "-s")
+        self.regions = RegionMap()
+        self.parent_pid = parent_pid
+        self.instance_name = instance_name
+        self.model = None
+        self.runtime: StubRuntime | None = None
+        self.decoupled = False
+        self.async_loop = AsyncLoopThread(self.log_error)
+        self._open: set[int] = set()
+        self._open_lock = threading.Lock()
+        self._running = True
+
+    # -- plumbing ---------------------------------------------------------------------
+    def send(self, message: tuple) -> None:
+        self.up_q.put(p.encode(message))
+
+    def log_error(self, text: str) -> None:
+        self.send((p.LOG, LOG_ERROR, text, "stub", 0))
+
+    def parent_alive(self) -> bool:
+        return os.getppid() == self.parent_pid
+
+    def request_closed(self, key: int) -> None:
+        with self._open_lock:
+            self._open.discard(key)
+        if self.runtime is not None:
+            self.runtime.forget(key)
+
+    # -- main loop --------------------------------------------------------------------
+    def run(self) -> None:
+        self.send((p.READY, os.getpid(), self.pool.prefix))
+        threading.Thread(target=self._control_loop, name="pbserve-stub-control",
+                         daemon=True).start()
+        try:
+            while self._running:
+                raw = self.main_q.get(PARENT_CHECK_S)
+                if raw is None:
+                    if not self.parent_alive():
+                        return
+                    continue
+                if not raw:
+                    continue
+                message = p.decode(raw)
+                kind = message[0]
+                if kind == p.EXECUTE:
+                    self.on_execute(message[1], message[2], message[3])
+                elif kind == p.INIT:
+                    self.on_init(*message[1:])
+                elif kind == p.FINALIZE:
+                    self.on_finalize()
+        finally:
+            self.close()
+
+    def _control_loop(self) -> None:
+        while self._running:
+            raw = self.control_q.get(PARENT_CHECK_S)
+            if not raw:
+                continue
+            message = p.decode(raw)
+            if message[0] == p.RELEASE:
+                self._free(message[1])
+            elif message[0] == p.CANCEL and self.runtime is not None:
+                self.runtime.mark_cancelled(message[1])
+
+    def _free(self, frees: tuple) -> None:
+        for region, offset in frees:
+            try:
+                self.pool.free(region, offset)
+            except ValueError as err:
+                self.log_error(f"parent released an unknown block: {err}")
+
+    # -- commands ---------------------------------------------------------------------
+    def on_init(self, args: dict, model_path: str, decoupled: bool) -> None:
+        try:
+            self.decoupled = decoupled
+            self.runtime = StubRuntime(self, decoupled)
+            _runtime.set_runtime(self.runtime)
+            module = import_model_module(model_path)
+            self.model = model_class(module)()
+            if hasattr(self.model, "initialize"):
+                self.model.initialize(args)
+        except BaseException as exc:  # noqa: BLE001 - the load fails with any error
+            self.send((p.INIT_DONE, _describe(exc)))
+            self._running = False
+            return
+        self.send((p.INIT_DONE, None))
+
+    def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
+        if frees:
+            self._free(frees)
+        built = [self._request(r) for r in requests]
+        try:
+            returned = self.model.execute(built)
+            if inspect.iscoroutine(returned):
+                if self.decoupled:
+                    self.async_loop.submit(returned, lambda exc: self._abort(built, exc))
+                    self.send((p.BATCH_DONE, batch_id, None))
+                    return
+                returned = self.async_loop.submit(returned, lambda exc: None).result()
+            responses = check_returned(returned, len(built), self.decoupled)
+            if self.decoupled:
+                self.send((p.BATCH_DONE, batch_id, None))
+                return
+            msgs = tuple((req._key, None if resp is None else
+                          response_msg(resp, req.requested_output_names(), self.pool))
+                         for req, resp in zip(built, responses))
+        except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
+            error = (f"Failed to process the request(s) for model '{self.instance_name}', "
+                     f"message: {_describe(exc)}")
+            self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
+            kind = p.BATCH_DONE if self.decoupled else p.RESPONSES
+            self.send((kind, batch_id, error) if self.decoupled else (kind, batch_id, error, ()))
+            return
+        for req, resp in zip(built, responses):
+            if resp is not None:
+                self.request_closed(req._key)
+        self.send((p.RESPONSES, batch_id, None, msgs))
+
+    def _request(self, msg: tuple) -> InferenceRequest:
+        key, request_id, correlation_id, flags, params, timeout, requested, inputs = msg
+        with self._open_lock:
+            self._open.add(key)
+        return InferenceRequest._incoming(
+            inputs=input_tensors(inputs, self.regions), request_id=request_id,
+            correlation_id=correlation_id, flags=flags, parameters_json=params,
+            timeout=timeout, requested_output_names=requested or (),
+            model_name="", model_version=-1, key=key)
+
+    def _abort(self, requests: list[InferenceRequest], exc: BaseException) -> None:
+        """A decoupled coroutine raised: close the requests it left open with the error
+        (Triton leaves them hanging; the client would wait forever)."""
+        message = f"Failed to process the request(s) for model '{self.instance_name}', " \
+                  f"message: {_describe(exc)}"
+        for req in requests:
+            with self._open_lock:
+                still_open = req._key in self._open
+            if still_open:
+                self.send((p.SEND, req._key, ((int(TritonError.INTERNAL), message), (), "{}"),
+                           TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+                self.request_closed(req._key)
+
+    def on_finalize(self) -> None:
+        self.async_loop.close()
+        if self.model is not None and hasattr(self.model, "finalize"):
+            try:
+                self.model.finalize()
+            except BaseException as exc:  # noqa: BLE001 - finalize errors are only logged
+                self.log_error(f"finalize of '{self.instance_name}' failed: {_describe(exc)}")
+        self.send((p.FINALIZED,))
+        self._running = False
+
+    def close(self) -> None:
+        self._running = False
+        self.pool.close()
+        self.regions.close()
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message` as Triton shows a Python error (with file and line for SyntaxError)."""
+    if isinstance(exc, SyntaxError):
+        return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,37 @@
+"""Moving pb_utils tensors in and out of shared memory on the stub side."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backend_utils.tensor import Tensor
+from shm.pool import Pool, RegionMap
+from shm.tensor import TensorDesc
+
+
+def input_tensors(descs: tuple, regions: RegionMap) -> list[Tensor]:
+    """pb_utils Tensors viewing the parent's buffers (no copy, BYTES parsed)."""
+    tensors = []
+    for name, datatype, shape, region, offset, nbytes in descs:
+        buffer = regions.view(region, offset, nbytes)
+        tensors.append(Tensor._from_triton(name, datatype, shape, buffer))
+    return tensors
+
+
+def output_desc(tensor: Tensor, pool: Pool) -> tuple:
+    """Copy one output into the stub's pool; its descriptor as a plain tuple."""
+    raw = tensor._raw_bytes()
+    if raw.format != "B" or raw.ndim != 1:
+        raw = raw.cast("B")
+    block = pool.alloc(raw.nbytes)
+    if raw.nbytes:
+        dst = np.frombuffer(pool.view(block), dtype=np.uint8)
+        dst[:] = np.frombuffer(raw, dtype=np.uint8)
+    shape = tuple(int(d) for d in tensor.shape())
+    return tuple(TensorDesc(tensor.name(), tensor._triton_datatype_name(), shape,
+                            block.region, block.offset, raw.nbytes))
+
+
+def free_descs(descs: tuple, pool: Pool) -> None:
+    for desc in descs:
+        pool.free(desc[3], desc[4])

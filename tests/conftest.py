@@ -1,0 +1,45 @@
+"""Suite-wide guard: no pbserve shared memory may be left behind by the tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shm.names import SHM_DIR, owner_of
+
+
+def _pbserve_entries() -> set[str]:
+    try:
+        return {n for n in os.listdir(SHM_DIR) if "pbserve" in n.lower()}
+    except FileNotFoundError:
+        return set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_BEFORE: set[str] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _BEFORE.update(_pbserve_entries())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if an entry appeared that nobody alive owns (or that we own)."""
+    me = os.getpid()
+    leaked = sorted(n for n in _pbserve_entries() - _BEFORE
+                    if (pid := owner_of(n)) is None or pid == me or not _alive(pid))
+    if leaked:
+        print(f"\n/dev/shm holds {len(leaked)} pbserve entries the tests left behind:")
+        for name in leaked[:20]:
+            print("  ", name)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
