@@ -60,9 +60,9 @@ class _DLManagedTensor(ctypes.Structure):
 # Own prototypes (not ctypes.pythonapi's shared function objects, whose argtypes
 # other libraries may set differently). PYFUNCTYPE keeps the GIL and raises on error.
 _api = ctypes.pythonapi
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
-    ("PyCapsule_New", _api)
-)
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", _api))
 _capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", _api)
 )

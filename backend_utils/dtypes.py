@@ -175,15 +175,20 @@ def _deserialize_bytes(buffer: Any, count: int | None) -> np.ndarray:
     return result
 
 
+# Native-order numeric dtypes (a dict: this lookup is on every Tensor construction).
+_DTYPE_TO_CODE: dict[np.dtype, int] = {
+    np.dtype(t): code for code, t in _CODE_TO_NUMPY.items() if code != TYPE_BYTES
+}
+
+
 def _code_of_dtype(dtype: np.dtype) -> int | None:
-    """Triton code for a numpy dtype as the Tensor constructor accepts it."""
+    """Triton code for a numpy dtype as the Tensor constructor accepts it: native byte
+    order numerics, object and bytes_ (BYTES); None otherwise."""
+    code = _DTYPE_TO_CODE.get(dtype)
+    if code is not None:
+        return code
     if dtype.type is np.bytes_ or dtype == np.object_:
         return TYPE_BYTES
-    if not dtype.isnative:
-        return None
-    for code, numpy_type in _CODE_TO_NUMPY.items():
-        if dtype == numpy_type:
-            return code
     return None
 
 

@@ -57,7 +57,7 @@ def format_glog(level: LogLevel, message: str, filename: str, line: int) -> str:
 def _emit(message: str, level: int, frame: FrameType | None) -> None:
     if not isinstance(message, str):
         raise TypeError(f"log message must be a str, got {type(message).__name__}")
-    if isinstance(level, bool) or not isinstance(level, int) or level not in LogLevel._value2member_map_:
+    if isinstance(level, bool) or not isinstance(level, int) or level not in _LEADING_CHAR:
         raise TypeError(f"log level must be a Logger.LogLevel, got {level!r}")
     level = LogLevel(level)
     filename = frame.f_code.co_filename if frame is not None else "<unknown>"

@@ -18,6 +18,9 @@ from .response import InferenceResponse
 from .response_iterator import ResponseIterator
 
 
+BlsHandler = Callable[[InferenceRequest, bool], "InferenceResponse | ResponseIterator"]
+
+
 class FakeRuntime:
     """Answers every `Runtime` call locally and records it."""
 
@@ -28,7 +31,7 @@ class FakeRuntime:
         self.send_error: str | None = None
         self.cancelled: set[Any] = set()
         self.cancel_queries = 0
-        self.bls: Callable[[InferenceRequest, bool], InferenceResponse | ResponseIterator] | None = None
+        self.bls: BlsHandler | None = None
         self.bls_calls: list[tuple[InferenceRequest, bool]] = []
         self.families: dict[int, tuple[str, str, int]] = {}
         self.metrics: dict[int, dict[str, Any]] = {}

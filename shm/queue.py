@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 
 import posix_ipc
 
@@ -100,10 +101,12 @@ class MessageQueue:
         return message
 
     def _reserve(self, need: int, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
         taken = 0
         try:
             while taken < need:
-                self._empty.acquire(timeout)
+                self._empty.acquire(
+                    None if deadline is None else max(0.0, deadline - time.monotonic()))
                 taken += 1
         except posix_ipc.BusyError:
             for _ in range(taken):
@@ -125,7 +128,7 @@ class MessageQueue:
         return self._ring[pos:ring_size] + self._ring[0:end - ring_size]
 
     def wake(self) -> None:
-        """Post a zero-length message so a consumer blocked in `get` returns."""
+        """Producer side only: an empty message, so a consumer blocked in `get` returns."""
         self.put(b"")
 
     def close(self) -> None:
@@ -141,6 +144,6 @@ class MessageQueue:
         self._region.unlink()
         for sem in (self._empty, self._items):
             try:
-                sem.unlink()
+                posix_ipc.unlink_semaphore(sem.name)  # by name: works after close() too
             except posix_ipc.ExistentialError:
                 pass

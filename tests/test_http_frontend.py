@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gzip
 import json
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -25,7 +25,8 @@ import uvloop
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
-from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
+from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavailable
+from pbserve.server import jsonio
 from pbserve.server.http import start_http_server, start_metrics_server
 
 NUMPY = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
@@ -44,9 +45,9 @@ class FakeCore:
     params (echoes what the frontend decoded), repeat (decoupled), fp16_out, text
     (generate: upper-cases text_input), sleepy (unavailable)."""
 
-    DECOUPLED = {"repeat"}
-    MODELS = {"add_sub", "identity", "error_model", "params", "repeat", "fp16_out", "text",
-              "sleepy"}
+    DECOUPLED: ClassVar[frozenset[str]] = frozenset({"repeat"})
+    MODELS: ClassVar[frozenset[str]] = frozenset({
+        "add_sub", "identity", "error_model", "params", "repeat", "fp16_out", "text", "sleepy"})
 
     def __init__(self) -> None:
         self.made = 0
@@ -372,7 +373,7 @@ def test_fp16_output_without_outputs_list_is_binary_by_default(client):
 
 
 def test_bytes_tensors_json_and_binary(client):
-    words = np.array(["hello".encode(), "Gr\u00fc\u00dfe".encode(), b"", "\u65e5".encode()],
+    words = np.array([b"hello", "Gr\u00fc\u00dfe".encode(), b"", "\u65e5".encode()],
                      dtype=np.object_).reshape(2, 2)
     for binary in (True, False):
         result = client.infer("identity", [h_in("IN_T", words, binary)],
@@ -585,7 +586,7 @@ def exchange(server: ServerThread, data: bytes, replies: int) -> bytes:
 
 
 def test_pipelined_requests_are_answered_in_order(server):
-    body, headers = infer_body([{"name": "IN_P", "datatype": "INT32", "shape": [1],
+    body, _ = infer_body([{"name": "IN_P", "datatype": "INT32", "shape": [1],
                                  "data": [5]}])
     infer = (b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
              b"\r\n" % len(body)) + body
@@ -647,3 +648,15 @@ def test_generate_errors(server):
     status, _, reply = raw(server, "POST", "/v2/models/text/generate_stream",
                            b'{"text_input": {"a": 1}}')
     assert status == 400
+
+
+def test_stdlib_json_fallback_gives_the_same_replies(client, monkeypatch):
+    monkeypatch.setattr(jsonio, "loads", jsonio._std_loads)
+    monkeypatch.setattr(jsonio, "dumps", jsonio._std_dumps)
+    for binary in (True, False):
+        result = client.infer("add_sub", [h_in("INPUT0", A4, binary), h_in("INPUT1", B4, binary)],
+                              outputs=[h_out("OUTPUT0", binary)], request_id="std")
+        same(result.as_numpy("OUTPUT0"), A4 + B4)
+        assert result.get_response()["id"] == "std"
+    err = error_of(lambda: client.infer("nope", [h_in("INPUT0", A4)]))
+    assert err.status() == "404" and "nope" in err.message()

@@ -163,7 +163,7 @@ def test_killed_server_stubs_exit_and_next_start_removes_their_shm(tmp_path):
         while time.monotonic() < deadline and os.path.exists(f"/proc/{stub_pid}"):
             time.sleep(0.05)
         assert not os.path.exists(f"/proc/{stub_pid}"), "the stub outlived its parent"
-        left = entries_with_prefix(f"/pbserve-{first.pid}-")
-        assert left, "a SIGKILLed server cannot clean up: its queues must still be there"
+        # A SIGKILLed server cannot clean up: its queues stay until some pbserve starts
+        # (any start sweeps dead owners' names, so another one may already have).
         with running_server(TEST_MODELS, log_path=tmp_path / "b.log", ready_path=LIVE):
             assert entries_with_prefix(f"/pbserve-{first.pid}-") == []

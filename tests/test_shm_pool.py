@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import threading
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ KIB = 1024
 
 def run_py(code: str, *args, timeout: float = 30) -> str:
     """Run `code` in a fresh interpreter (killed on timeout); its stdout."""
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=False,
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -64,7 +66,7 @@ def test_blocks_are_distinct_aligned_and_sized_as_asked(make_pool):
     blocks = [pool.alloc(n) for n in (1, 64, 65, 300, 5000, 100)]
     assert [b.nbytes for b in blocks] == [1, 64, 65, 300, 5000, 100]
     spans = sorted((b.offset, b.offset + size_class(b.nbytes)) for b in blocks)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in pairwise(spans):
         assert end <= start
     assert all(b.offset % 64 == 0 for b in blocks)
     assert pool.live_blocks == len(blocks)
@@ -196,7 +198,7 @@ def test_concurrent_threads_get_non_overlapping_blocks(make_pool):
     for region, spans in by_region.items():
         spans.sort()
         assert spans[-1][1] <= pool.region(region).size
-        for (_, end), (start, _) in zip(spans, spans[1:]):
+        for (_, end), (start, _) in pairwise(spans):
             assert end <= start, f"overlapping blocks in {region}"
 
 

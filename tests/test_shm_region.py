@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_py(code: str, *args, timeout: float = 30) -> str:
     """Run `code` in a fresh interpreter (killed on timeout); its stdout."""
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=False,
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import logging
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +22,7 @@ from shm.queue import MessageQueue, QueueClosed
 from stub import protocol as p
 from stub.stub import queue_names
 
+log = logging.getLogger("pbserve.backend")
 READ_POLL_S = 0.5
 _PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -73,9 +75,10 @@ class StubProcess:
 
     # -- receiving (threads) ----------------------------------------------------------
     def _read(self) -> None:
+        """Reader thread: the only user of the up queue, so it also closes it."""
         get, decode = self.up_q.get, p.decode
-        while not self._closing:
-            try:
+        try:
+            while not self._closing:
                 raw = get(READ_POLL_S)
                 if raw is None:
                     continue
@@ -83,10 +86,15 @@ class StubProcess:
                 while (raw := get(0)) is not None:
                     if raw:
                         batch.append(decode(raw))
-            except QueueClosed:
-                return
-            if batch and not self._closing:
-                self._loop.call_soon_threadsafe(self._on_messages, batch)
+                if batch and not self._closing:
+                    self._loop.call_soon_threadsafe(self._on_messages, batch)
+        except QueueClosed:
+            pass
+        except Exception:  # noqa: BLE001 - a broken stub must not break the server
+            if not self._closing:
+                log.exception("reader of stub '%s' failed", self.instance_name)
+        finally:
+            self.up_q.close()
 
     def _watch(self) -> None:
         code = self.proc.wait()
@@ -119,15 +127,14 @@ class StubProcess:
     def close(self) -> None:
         """Stop the threads and remove every shm name of this stub (queues, its pool).
 
-        Called once the process is gone (or killed): nothing of it may outlive this.
+        Called once the process is gone (or killed): nothing of it may outlive this. The
+        reader thread notices `_closing` within READ_POLL_S and closes the up queue; a
+        consumer must never write to its own queue to wake itself (one producer only).
         """
         self._closing = True
         self.kill()
         for queue in (self.main_q, self.control_q, self.up_q):
             queue.unlink()
-        if self._reader.is_alive() and threading.current_thread() is not self._reader:
-            self.up_q.wake()
-            self._reader.join(2 * READ_POLL_S)
-        for queue in (self.main_q, self.control_q, self.up_q):
+        for queue in (self.main_q, self.control_q):
             queue.close()
         unlink_prefix(self.prefix)

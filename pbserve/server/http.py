@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from pbserve.backend.api import InferenceCore
-from pbserve.server.http_messages import (
-    HttpReply, HttpRequest, HttpStreamReply, message_reply)
+from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 from pbserve.server.http_protocol import HttpConnection
 from pbserve.server.http_routes import Routes
 

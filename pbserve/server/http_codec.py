@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from pbserve.backend.types import (
-    FLAG_SEQUENCE_END, FLAG_SEQUENCE_START, InferRequest, InferResponse, TensorData)
+    FLAG_SEQUENCE_END,
+    FLAG_SEQUENCE_START,
+    InferRequest,
+    InferResponse,
+    TensorData,
+)
 from pbserve.errors import ServerError, internal, invalid_arg
 from pbserve.server import jsonio
 

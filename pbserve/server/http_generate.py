@@ -15,7 +15,8 @@ Decoupled models run through `core.stream_infer`, the others through `core.infer
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
@@ -24,7 +25,12 @@ from pbserve.server import http_codec as codec
 from pbserve.server import jsonio
 from pbserve.server.http_compression import decompress_body
 from pbserve.server.http_messages import (
-    HttpReply, HttpRequest, HttpStreamReply, error_reply, json_reply)
+    HttpReply,
+    HttpRequest,
+    HttpStreamReply,
+    error_reply,
+    json_reply,
+)
 
 
 async def handle_generate(core: InferenceCore, request: HttpRequest, model: str,

@@ -16,7 +16,12 @@ from pbserve.server import http_codec as codec
 from pbserve.server import jsonio
 from pbserve.server.http_compression import compress, decompress_body, response_encoding
 from pbserve.server.http_messages import (
-    CONTENT_BINARY, CONTENT_JSON, HttpReply, HttpRequest, error_reply)
+    CONTENT_BINARY,
+    CONTENT_JSON,
+    HttpReply,
+    HttpRequest,
+    error_reply,
+)
 
 HEADER_LENGTH = b"inference-header-content-length"
 HEADER_LENGTH_OUT = b"Inference-Header-Content-Length"

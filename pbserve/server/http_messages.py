@@ -7,12 +7,12 @@ Header names are lower-cased bytes, as they come off the parser.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable, Sequence, Union
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from pbserve.errors import ServerError
 from pbserve.server import jsonio
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 
 CONTENT_JSON = b"application/json"
 CONTENT_BINARY = b"application/octet-stream"
@@ -23,7 +23,7 @@ CONTENT_SSE = b"text/event-stream; charset=utf-8"
 class HttpRequest:
     """One parsed HTTP request; `body` is the whole (de-chunked) body."""
 
-    __slots__ = ("method", "path", "query", "headers", "body")
+    __slots__ = ("body", "headers", "method", "path", "query")
 
     def __init__(self, method: bytes, path: str, query: bytes,
                  headers: dict[bytes, bytes], body: Buffer) -> None:
@@ -39,7 +39,7 @@ class HttpReply:
     outputs stay views on their source buffers); `on_sent` runs once those buffers
     are no longer needed by the transport, or the connection is gone."""
 
-    __slots__ = ("status", "content_type", "headers", "body", "on_sent")
+    __slots__ = ("body", "content_type", "headers", "on_sent", "status")
 
     def __init__(self, status: int, body: Sequence[Buffer] = (),
                  content_type: bytes | None = CONTENT_JSON,
@@ -57,7 +57,7 @@ class HttpStreamReply:
     (server-sent events of the generate_stream endpoint). The connection closes the
     iterator (`aclose`) if the client goes away, so the producer can cancel."""
 
-    __slots__ = ("status", "content_type", "chunks")
+    __slots__ = ("chunks", "content_type", "status")
 
     def __init__(self, chunks: AsyncIterator[bytes], status: int = 200,
                  content_type: bytes = CONTENT_SSE) -> None:

@@ -17,12 +17,11 @@ import asyncio
 import collections
 import http
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import httptools
 
-from pbserve.server.http_messages import (
-    HttpReply, HttpRequest, HttpStreamReply, message_reply)
+from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 
 log = logging.getLogger("pbserve.http")
 
@@ -70,7 +69,7 @@ class _Body:
     """The body of the request being parsed: a list of chunks, or one preallocated
     buffer filled in place when Content-Length says it is large."""
 
-    __slots__ = ("chunks", "buffer", "filled")
+    __slots__ = ("buffer", "chunks", "filled")
 
     def __init__(self, content_length: int) -> None:
         self.chunks: list[bytes] = []
@@ -100,7 +99,7 @@ class _Body:
 class HttpConnection(asyncio.Protocol):
     """Parses requests off the socket, hands each to `handler`, writes its reply."""
 
-    def __init__(self, handler: Handler, connections: set["HttpConnection"]) -> None:
+    def __init__(self, handler: Handler, connections: set[HttpConnection]) -> None:
         self._handler = handler
         self._connections = connections
         self._loop = asyncio.get_running_loop()
@@ -183,28 +182,34 @@ class HttpConnection(asyncio.Protocol):
     async def _serve(self) -> None:
         """Handle the queued requests in order, then end; a new one restarts it."""
         try:
-            while self._pending and not self.closed:
-                request, keep_alive = self._pending.popleft()
-                if self._reading_paused and len(self._pending) <= MAX_PENDING // 2:
-                    self._reading_paused = False
-                    self._transport.resume_reading()
-                reply = await self._call_handler(request)
-                if isinstance(reply, HttpStreamReply):
-                    await self._send_stream(reply, keep_alive)
-                else:
-                    await self._send(reply, keep_alive)
-                if not keep_alive:
-                    self._transport.close()
-                    return
+            await self._serve_pending()
+        except Exception:
+            log.exception("HTTP connection failed while replying")
+            self._transport.abort()
         finally:
             self._task = None
+
+    async def _serve_pending(self) -> None:
+        while self._pending and not self.closed:
+            request, keep_alive = self._pending.popleft()
+            if self._reading_paused and len(self._pending) <= MAX_PENDING // 2:
+                self._reading_paused = False
+                self._transport.resume_reading()
+            reply = await self._call_handler(request)
+            if isinstance(reply, HttpStreamReply):
+                await self._send_stream(reply, keep_alive)
+            else:
+                await self._send(reply, keep_alive)
+            if not keep_alive:
+                self._transport.close()
+                return
 
     async def _call_handler(self, request: HttpRequest) -> HttpReply | HttpStreamReply:
         try:
             return await self._handler(request)
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a handler bug must not kill the connection
+        except Exception:
             log.exception("HTTP %s %s failed", request.method.decode(), request.path)
             return message_reply(500, "internal server error")
 
@@ -234,11 +239,13 @@ class HttpConnection(asyncio.Protocol):
     async def _send_stream(self, reply: HttpStreamReply, keep_alive: bool) -> None:
         chunks = reply.chunks
         try:
+            if self.closed:
+                return
             self._transport.write(render_head(reply.status, reply.content_type, (), None,
                                               keep_alive))
             async for chunk in chunks:
                 if self.closed:
-                    break
+                    return
                 self._transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             if not self.closed:
                 self._transport.write(b"0\r\n\r\n")

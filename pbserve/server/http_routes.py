@@ -29,7 +29,13 @@ from pbserve.server.http_codec import error_of
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
 from pbserve.server.http_messages import (
-    HttpReply, HttpRequest, HttpStreamReply, error_reply, json_reply, message_reply)
+    HttpReply,
+    HttpRequest,
+    HttpStreamReply,
+    error_reply,
+    json_reply,
+    message_reply,
+)
 
 log = logging.getLogger("pbserve.http")
 
@@ -59,7 +65,7 @@ class Routes:
     async def __call__(self, request: HttpRequest) -> Reply:
         try:
             return await self._dispatch(request)
-        except Exception as exc:  # noqa: BLE001 - every error becomes a reply
+        except Exception as exc:
             error = error_of(exc)
             if not isinstance(exc, ServerError):
                 log.exception("HTTP %s %s failed", request.method.decode(), request.path)

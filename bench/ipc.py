@@ -1,0 +1,240 @@
+"""IPC cost of pbserve's parent <-> stub hop, against its floor, measured in one run.
+
+    python bench/ipc.py [--seconds 2]
+
+(a) the floor: a two-process posix-semaphore ping-pong, and memcpy bandwidth into shm;
+(b) a parent -> stub -> parent `execute` round trip (Model.infer on the parent's event
+    loop, identity model) with a 16-float tensor and with a 64 MiB tensor, and the bare
+    hop (EXECUTE -> RESPONSES with the parent thread blocking on the up queue);
+(c) the same `execute` called in-process (pb_utils objects, no IPC).
+Prints each figure and the ratios to the floor. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import posix_ipc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pbserve.backend.manager import ModelManager  # noqa: E402
+from pbserve.backend.stub_process import stub_environment  # noqa: E402
+from pbserve.backend.types import InferRequest, TensorData  # noqa: E402
+from shm.names import new_prefix, unlink_prefix  # noqa: E402
+from shm.pool import Pool, RegionMap  # noqa: E402
+from shm.queue import MessageQueue  # noqa: E402
+from stub import protocol as p  # noqa: E402
+from stub.stub import queue_names  # noqa: E402
+from shm.region import Region  # noqa: E402
+
+MIB = 1 << 20
+BIG = 64 * MIB
+MODEL = '''
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+            for r in requests]
+'''
+CONFIG = '''
+name: "ident"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+'''
+
+
+def timed(fn, seconds: float, min_iters: int = 3) -> float:
+    """Mean seconds per call of `fn` over about `seconds` (after one warm-up call)."""
+    fn()
+    n, start = 0, time.perf_counter()
+    while n < min_iters or time.perf_counter() - start < seconds:
+        fn()
+        n += 1
+    return (time.perf_counter() - start) / n
+
+
+def semaphore_ping_pong(seconds: float) -> float:
+    prefix = new_prefix()
+    ping = posix_ipc.Semaphore(prefix + "-a", posix_ipc.O_CREX, 0o600, 0)
+    pong = posix_ipc.Semaphore(prefix + "-b", posix_ipc.O_CREX, 0o600, 0)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                while True:
+                    ping.acquire(5)
+                    pong.release()
+            finally:
+                os._exit(0)
+
+        def round_trip() -> None:
+            ping.release()
+            pong.acquire()
+
+        result = timed(round_trip, seconds)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        return result
+    finally:
+        for sem in (ping, pong):
+            sem.unlink()
+
+
+def memcpy_bandwidth(seconds: float) -> float:
+    region = Region.create(new_prefix() + "-bench", BIG)
+    try:
+        dst = np.frombuffer(region.view(0, BIG), np.uint8)
+        src = np.ones(BIG, np.uint8)
+        per_copy = timed(lambda: np.copyto(dst, src), seconds)
+        del dst
+        return BIG / per_copy
+    finally:
+        region.unlink()
+        region.close()
+
+
+def request(array: np.ndarray) -> InferRequest:
+    return InferRequest("ident", inputs=[TensorData("INPUT0", "FP32", array.shape,
+                                                    memoryview(array).cast("B"))])
+
+
+async def parent_stub_round_trips(repo: Path, seconds: float) -> tuple[float, float]:
+    manager = ModelManager([repo])
+    await manager.start()
+    try:
+        small, big = np.arange(16, dtype=np.float32), np.ones(BIG // 4, np.float32)
+
+        async def once(array: np.ndarray) -> None:
+            response = await manager.infer(request(array))
+            assert response.error is None, response.error
+            response.release()
+
+        results = []
+        for array in (small, big):
+            await once(array)
+            n, start = 0, time.perf_counter()
+            while n < 3 or time.perf_counter() - start < seconds:
+                await once(array)
+                n += 1
+            results.append((time.perf_counter() - start) / n)
+        return results[0], results[1]
+    finally:
+        await manager.stop()
+
+
+def direct_hop(repo: Path, seconds: float) -> float:
+    """EXECUTE -> RESPONSES with the parent blocking on the up queue itself: the hop
+    without the event loop's thread handoff (what a synchronous parent would pay)."""
+    prefix = new_prefix()
+    main_name, control_name, up_name = queue_names(prefix)
+    queues = [MessageQueue.create(n) for n in (main_name, control_name, up_name)]
+    main_q, _, up_q = queues
+    pool = Pool(prefix + "-parent")
+    regions = RegionMap()
+    proc = subprocess.Popen([sys.executable, "-m", "stub", "--prefix", prefix, "--parent-pid",
+                             str(os.getpid()), "--name", "ident_0_0"], env=stub_environment())
+    try:
+        assert p.decode(up_q.get(30))[0] == p.READY
+        main_q.put(p.encode((p.INIT, {}, str(repo / "ident" / "1" / "model.py"), False)))
+        assert p.decode(up_q.get(30)) == (p.INIT_DONE, None)
+        small = np.arange(16, dtype=np.float32)
+        frees: list = []
+
+        def round_trip() -> None:
+            block = pool.alloc(small.nbytes)
+            np.frombuffer(pool.view(block), np.float32)[:] = small
+            desc = ("INPUT0", "FP32", (16,), block.region, block.offset, small.nbytes)
+            main_q.put(p.encode((p.EXECUTE, 1, ((1, "", 0, 0, "{}", 0, None, (desc,)),),
+                                 tuple(frees))))
+            frees.clear()
+            reply = p.decode(up_q.get(10))
+            (_, (_, outputs, _)), = reply[3]
+            name, _, shape, region, offset, nbytes = outputs[0]
+            out = np.frombuffer(regions.view(region, offset, nbytes), np.float32)
+            assert out[1] == 1.0
+            frees.append((region, offset))
+            pool.free(block.region, block.offset)
+
+        return timed(round_trip, seconds)
+    finally:
+        proc.kill()
+        proc.wait()
+        for queue in queues:
+            queue.unlink()
+            queue.close()
+        pool.close()
+        regions.close()
+        unlink_prefix(prefix)
+
+
+def in_process(repo: Path, seconds: float) -> tuple[float, float]:
+    import importlib.util
+
+    import triton_python_backend_utils as pb_utils
+
+    spec = importlib.util.spec_from_file_location("bench_ident", repo / "ident" / "1" / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.TritonPythonModel()
+    results = []
+    for array in (np.arange(16, dtype=np.float32), np.ones(BIG // 4, np.float32)):
+        def call() -> None:
+            req = pb_utils.InferenceRequest(
+                model_name="ident", inputs=[pb_utils.Tensor("INPUT0", array)],
+                requested_output_names=["OUTPUT0"])
+            out = model.execute([req])[0].output_tensors()[0].as_numpy()
+            assert out.nbytes == array.nbytes
+        results.append(timed(call, seconds))
+    return results[0], results[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp)
+        (repo / "ident" / "1").mkdir(parents=True)
+        (repo / "ident" / "config.pbtxt").write_text(CONFIG)
+        (repo / "ident" / "1" / "model.py").write_text(MODEL)
+
+        ping = semaphore_ping_pong(args.seconds)
+        bandwidth = memcpy_bandwidth(args.seconds)
+        try:
+            import uvloop
+            run = uvloop.run
+        except ImportError:
+            run = asyncio.run
+        hop = direct_hop(repo, args.seconds)
+        small, big = run(parent_stub_round_trips(repo, args.seconds))
+        local_small, local_big = in_process(repo, args.seconds)
+
+    big_bw = BIG / big
+    print(f"(a) semaphore ping-pong round trip      {ping * 1e6:9.1f} us   (floor)")
+    print(f"(a) memcpy into shm                     {bandwidth / 1e9:9.2f} GB/s (floor)")
+    print(f"(b) stub hop, parent blocking on queue  {hop * 1e6:9.1f} us   "
+          f"= {hop / ping:.2f}x the ping-pong")
+    print(f"(b) parent->stub->parent, 16 x FP32     {small * 1e6:9.1f} us   "
+          f"= {small / ping:.2f}x the ping-pong  (target <= 3x)")
+    print(f"(b) parent->stub->parent, 64 MiB        {big * 1e3:9.2f} ms   "
+          f"= {big_bw / 1e9:.2f} GB/s = {big_bw / bandwidth:.2f}x memcpy  (target >= 0.5x)")
+    print(f"(c) in-process execute, 16 x FP32       {local_small * 1e6:9.1f} us")
+    print(f"(c) in-process execute, 64 MiB          {local_big * 1e3:9.2f} ms")
+    print(f"    IPC overhead, small: {(small - local_small) * 1e6:.1f} us per call")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""KServe v2 gRPC messages <-> the core's InferRequest / InferResponse.
+
+Inputs come from `raw_input_contents` (handed over as the bytes protobuf gives us,
+no further copy) or from the typed `contents` fields, which are turned into the same
+raw little-endian layout Triton builds (BYTES: a 4-byte length before each item).
+Outputs always go back as `raw_output_contents`. Request parameters follow Triton's
+SetInferenceRequestMetadata: `sequence_id`, `sequence_start`, `sequence_end`,
+`priority` and `timeout` become request fields, `triton_enable_empty_final_response`
+is the only `triton_` key allowed (a stream option), every other key is passed on
+with its Python type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from pbserve.backend.types import (
+    FLAG_SEQUENCE_END, FLAG_SEQUENCE_START, InferRequest, InferResponse, TensorData)
+from pbserve.errors import ErrorCode, ServerError, invalid_arg
+from pbserve.server.http_codec import byte_view, error_of
+
+__all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
+           "error_of", "model_version", "status_code"]
+
+FINAL_KEY = "triton_final_response"
+EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
+_UINT64 = (1 << 64) - 1
+
+InputTensor = pb.ModelInferRequest.InferInputTensor
+OutputTensor = pb.ModelInferResponse.InferOutputTensor
+
+# contents field -> (the datatypes it may carry, little-endian numpy dtype per datatype).
+# As Triton: int_contents carries INT8/INT16/INT32 (each element truncated to the
+# datatype's width), uint_contents UINT8/UINT16/UINT32; FP16/BF16 have no typed field.
+_CONTENTS: dict[str, dict[str, str]] = {
+    "bool_contents": {"BOOL": "?"},
+    "int_contents": {"INT8": "<i1", "INT16": "<i2", "INT32": "<i4"},
+    "int64_contents": {"INT64": "<i8"},
+    "uint_contents": {"UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4"},
+    "uint64_contents": {"UINT64": "<u8"},
+    "fp32_contents": {"FP32": "<f4"},
+    "fp64_contents": {"FP64": "<f8"},
+    "bytes_contents": {"BYTES": ""},
+}
+# The datatype named in Triton's "unexpected explicit tensor data ... of type" error.
+_CONTENTS_TYPE = {"bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64",
+                  "uint_contents": "UINT32", "uint64_contents": "UINT64",
+                  "fp32_contents": "FP32", "fp64_contents": "FP64", "bytes_contents": "BYTES"}
+_STATUS = {code: getattr(grpc.StatusCode, code.grpc_status_name) for code in ErrorCode}
+
+
+def status_code(error: ServerError) -> grpc.StatusCode:
+    return _STATUS[error.code]
+
+
+def model_version(text: str) -> str:
+    """Triton's GetModelVersionFromString: "" is the latest, else an integer >= 0."""
+    if not text:
+        return text
+    try:
+        version = int(text)
+    except ValueError:
+        raise invalid_arg(f"failed to get model version from specified version string "
+                          f"'{text}' (details: stol), version should be an integral "
+                          f"value > 0") from None
+    if version < 0:
+        raise invalid_arg(f"invalid model version specified '{text}' , version should be "
+                          f"an integral value > 0")
+    return str(version)
+
+
+# --- request -------------------------------------------------------------------------
+
+def decode_infer_request(request: pb.ModelInferRequest,
+                         version: str) -> tuple[InferRequest, bool]:
+    """The core's request, and whether the client asked for empty final responses."""
+    model = request.model_name
+    infer_request = InferRequest(model_name=model, model_version=version, id=request.id)
+    empty_final = False
+    if request.parameters:
+        empty_final = _apply_parameters(infer_request, request.parameters)
+    raw = request.raw_input_contents
+    raw_count = len(raw)
+    inputs = infer_request.inputs
+    index = 0
+    for tensor in request.inputs:
+        if tensor.parameters:
+            _refuse_shared_memory(tensor, model)
+        if tensor.HasField("contents"):
+            if raw_count:
+                raise invalid_arg(f"contents field must not be specified when using "
+                                  f"raw_input_contents for '{tensor.name}' for model "
+                                  f"'{model}'")
+            data: Any = contents_to_raw(tensor, model)
+        elif index < raw_count:
+            data = raw[index]  # a new bytes object per access: read each one once
+            index += 1
+        else:
+            raise invalid_arg(f"unable to find data for input tensor '{tensor.name}' for "
+                              f"model '{model}' in request.")
+        inputs.append(TensorData(tensor.name, tensor.datatype, tuple(tensor.shape), data))
+    if request.outputs:
+        infer_request.requested_outputs = [_requested_output(o, model)
+                                           for o in request.outputs]
+    return infer_request, empty_final
+
+
+def contents_to_raw(tensor: InputTensor, model: str) -> bytes:
+    """Typed `contents` -> raw bytes in Triton's layout, refusing a field that does not
+    match the input's datatype (or more than one field), with Triton's messages."""
+    contents = tensor.contents
+    data = b""
+    seen = False
+    for field, values in contents.ListFields():
+        name = field.name
+        if seen:
+            raise invalid_arg(f"unexpected explicit tensor data for input tensor "
+                              f"'{tensor.name}' for model '{model}', binary data was "
+                              f"already supplied.")
+        seen = True
+        dtype = _CONTENTS[name].get(tensor.datatype)
+        if dtype is None:
+            raise invalid_arg(f"unexpected explicit tensor data for input tensor "
+                              f"'{tensor.name}' for model '{model}' of type "
+                              f"'{_CONTENTS_TYPE[name]}', expected datatype "
+                              f"'{tensor.datatype}'")
+        if name == "bytes_contents":
+            data = b"".join(len(item).to_bytes(4, "little") + item for item in values)
+        elif name in ("int_contents", "uint_contents") and dtype[-1] != "4":
+            # keep the low bytes of each 32-bit element, as Triton does
+            wide = np.array(values, dtype="<i4" if name == "int_contents" else "<u4")
+            data = wide.astype(dtype).tobytes()
+        else:
+            data = np.array(values, dtype=dtype).tobytes()
+    return data
+
+
+def _refuse_shared_memory(tensor: Any, model: str) -> None:
+    if "shared_memory_region" in tensor.parameters:
+        raise invalid_arg(f"tensor '{tensor.name}' for model '{model}': shared-memory "
+                          f"tensors (the shared memory extension) are not supported by "
+                          f"pbserve")
+
+
+def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor,
+                      model: str) -> str:
+    if output.parameters:
+        _refuse_shared_memory(output, model)
+        if "classification" in output.parameters:
+            raise invalid_arg(f"output '{output.name}' for model '{model}': "
+                              f"classification outputs are not supported by pbserve")
+    return output.name
+
+
+def _apply_parameters(request: InferRequest, params: Any) -> bool:
+    """Triton's request-level parameters -> request fields; the rest pass through with
+    their type. Returns the `triton_enable_empty_final_response` flag."""
+    empty_final = False
+    for key, param in params.items():
+        kind = param.WhichOneof("parameter_choice")
+        if key == "sequence_id":
+            if kind == "int64_param":
+                request.correlation_id = param.int64_param & _UINT64
+            elif kind == "string_param":
+                request.correlation_id = param.string_param
+            else:
+                raise invalid_arg("invalid value type for 'sequence_id' parameter, "
+                                  "expected int64_param or string_param.")
+        elif key == "sequence_start" or key == "sequence_end":
+            if kind != "bool_param":
+                raise invalid_arg(f"invalid value type for '{key}' parameter, expected "
+                                  f"bool_param.")
+            if param.bool_param:
+                request.flags |= (FLAG_SEQUENCE_START if key == "sequence_start"
+                                  else FLAG_SEQUENCE_END)
+        elif key == "priority":
+            if kind == "int64_param":
+                if param.int64_param < 0:
+                    raise invalid_arg("invalid value for 'priority', expected value >= 0.")
+                request.priority = param.int64_param
+            elif kind == "uint64_param":
+                request.priority = param.uint64_param
+            else:
+                raise invalid_arg("invalid value type for 'priority' parameter, expected "
+                                  "int64_param or uint64_param.")
+        elif key == "timeout":
+            if kind != "int64_param":
+                raise invalid_arg("invalid value type for 'timeout' parameter, expected "
+                                  "int64_param.")
+            request.timeout_us = param.int64_param & _UINT64
+        elif key.startswith("triton_"):
+            if key != EMPTY_FINAL_KEY:
+                raise invalid_arg(f"parameter keys starting with 'triton_' are reserved "
+                                  f"for Triton usage. Only the following keys starting "
+                                  f"with 'triton_' are allowed: {EMPTY_FINAL_KEY}")
+            if kind != "bool_param":
+                raise invalid_arg(f"invalid value type for '{key}' parameter, expected "
+                                  f"bool_param.")
+            empty_final = param.bool_param
+        elif kind in ("int64_param", "bool_param", "string_param", "double_param"):
+            request.parameters[key] = getattr(param, kind)
+        else:
+            raise invalid_arg(f"invalid value type for '{key}' parameter, expected "
+                              f"int64_param, bool_param, or string_param.")
+    return empty_final
+
+
+# --- response ------------------------------------------------------------------------
+
+def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
+    """A successful response as protobuf; its bytes are copied, so the caller may
+    release the response as soon as this returns."""
+    message = pb.ModelInferResponse(model_name=response.model_name,
+                                    model_version=response.model_version, id=response.id)
+    if response.parameters:
+        set_parameters(message.parameters, response.parameters)
+    outputs = message.outputs
+    raw = message.raw_output_contents
+    for tensor in response.outputs:
+        output = outputs.add()
+        output.name = tensor.name
+        output.datatype = tensor.datatype
+        output.shape.extend(tensor.shape)
+        data = tensor.data
+        raw.append(data if type(data) is bytes else bytes(byte_view(data)))
+    return message
+
+
+def set_parameters(target: Any, values: dict[str, Any]) -> None:
+    """Python values -> an InferParameter map (bool, int64, double, string)."""
+    for key, value in values.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)

@@ -1,0 +1,241 @@
+"""The GRPCInferenceService RPCs, mapped onto the InferenceCore.
+
+Errors are Triton's: a `ServerError` ends the call with the gRPC status of its code and
+its message; anything unexpected is INTERNAL (and logged). Beyond the KServe v2 core
+RPCs and the repository extension:
+* ModelStatistics answers in Triton's shape (the core's figures, or zeros: see
+  `http_stats`), as perf_analyzer asks for it;
+* the shared-memory status RPCs list no regions and unregistering is a no-op (nothing
+  can be registered); registering a region is UNIMPLEMENTED;
+* TraceSetting and LogSettings are UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Callable
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
+
+from pbserve.backend.api import InferenceCore
+from pbserve.backend.model_config import config_from_dict
+from pbserve.errors import ErrorCode, ServerError
+from pbserve.server import http_stats
+from pbserve.server.grpc_codec import (
+    decode_infer_request, encode_infer_response, error_of, model_version, status_code)
+from pbserve.server.grpc_stream import StreamSession
+
+log = logging.getLogger("pbserve.grpc")
+
+_DECOUPLED_UNARY = ("ModelInfer RPC doesn't support models with decoupled transaction "
+                    "policy")
+_REPOSITORY_NAME = "'repository_name' specification is not supported"
+
+
+async def abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
+    """End the call with the error's status (raises grpc.aio.AbortError)."""
+    if not isinstance(exc, ServerError):
+        log.error("%s failed", rpc, exc_info=exc)
+    error = error_of(exc)
+    await context.abort(status_code(error), error.message)
+
+
+def _unsupported(what: str) -> ServerError:
+    return ServerError(ErrorCode.UNSUPPORTED, f"{what} is not supported by pbserve")
+
+
+class InferenceServicer(GRPCInferenceServiceServicer):
+    """Triton's gRPC service over an InferenceCore."""
+
+    def __init__(self, core: InferenceCore) -> None:
+        self._core = core
+
+    async def _answer(self, context: grpc.aio.ServicerContext, rpc: str,
+                      produce: Callable[[], Any]) -> Any:
+        try:
+            return produce()
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await abort(context, exc, rpc)
+
+    # -- inference (the hot path: no helper layers) -------------------------------------
+    async def ModelInfer(self, request: pb.ModelInferRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        core = self._core
+        try:
+            version = model_version(request.model_version)
+            if core.is_decoupled(request.model_name, version):
+                raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
+            infer_request, _ = decode_infer_request(request, version)
+            response = await core.infer(infer_request)
+            try:
+                if response.error is not None:
+                    raise response.error
+                return encode_infer_response(response)
+            finally:
+                response.release()
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await abort(context, exc, "ModelInfer")
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
+                               context: grpc.aio.ServicerContext) -> None:
+        await StreamSession(self._core, context).run(request_iterator)
+
+    # -- health and metadata -------------------------------------------------------------
+    async def ServerLive(self, request: pb.ServerLiveRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._core.is_live())
+
+    async def ServerReady(self, request: pb.ServerReadyRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._core.is_ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ModelReadyResponse:
+        return await self._answer(context, "ModelReady", lambda: pb.ModelReadyResponse(
+            ready=self._core.model_ready(request.name, model_version(request.version))))
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest,
+                             context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:
+        def produce() -> pb.ServerMetadataResponse:
+            meta = self._core.server_metadata()
+            return pb.ServerMetadataResponse(name=meta.get("name", ""),
+                                             version=meta.get("version", ""),
+                                             extensions=meta.get("extensions", []))
+        return await self._answer(context, "ServerMetadata", produce)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest,
+                            context: grpc.aio.ServicerContext) -> pb.ModelMetadataResponse:
+        def produce() -> pb.ModelMetadataResponse:
+            meta = self._core.model_metadata(request.name, model_version(request.version))
+            tensor = pb.ModelMetadataResponse.TensorMetadata
+            return pb.ModelMetadataResponse(
+                name=meta["name"], versions=meta.get("versions", []),
+                platform=meta.get("platform", ""),
+                inputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+                        for t in meta.get("inputs", [])],
+                outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+                         for t in meta.get("outputs", [])])
+        return await self._answer(context, "ModelMetadata", produce)
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ModelConfigResponse:
+        return await self._answer(context, "ModelConfig", lambda: pb.ModelConfigResponse(
+            config=config_from_dict(self._core.model_config(
+                request.name, model_version(request.version)))))
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest,
+                              context: grpc.aio.ServicerContext
+                              ) -> pb.ModelStatisticsResponse:
+        def produce() -> pb.ModelStatisticsResponse:
+            core = self._core
+            if request.name:
+                stats = http_stats.model(core, request.name, model_version(request.version))
+            else:
+                stats = http_stats.all_models(core)
+            return json_format.ParseDict(stats, pb.ModelStatisticsResponse(),
+                                         ignore_unknown_fields=True)
+        return await self._answer(context, "ModelStatistics", produce)
+
+    # -- model repository extension ---------------------------------------------------
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
+                              context: grpc.aio.ServicerContext
+                              ) -> pb.RepositoryIndexResponse:
+        def produce() -> pb.RepositoryIndexResponse:
+            if request.repository_name:
+                raise ServerError(ErrorCode.UNSUPPORTED, _REPOSITORY_NAME)
+            index = pb.RepositoryIndexResponse.ModelIndex
+            return pb.RepositoryIndexResponse(models=[
+                index(name=e["name"], version=str(e.get("version", "")),
+                      state=e.get("state", ""), reason=e.get("reason", ""))
+                for e in self._core.repository_index(ready_only=request.ready)])
+        return await self._answer(context, "RepositoryIndex", produce)
+
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
+                                  context: grpc.aio.ServicerContext
+                                  ) -> pb.RepositoryModelLoadResponse:
+        try:
+            if request.repository_name:
+                raise ServerError(ErrorCode.UNSUPPORTED, _REPOSITORY_NAME)
+            config, files = _load_parameters(request)
+            await self._core.load_model(request.model_name, config=config, files=files)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await abort(context, exc, "RepositoryModelLoad")
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
+                                    context: grpc.aio.ServicerContext
+                                    ) -> pb.RepositoryModelUnloadResponse:
+        try:
+            if request.repository_name:
+                raise ServerError(ErrorCode.UNSUPPORTED, _REPOSITORY_NAME)
+            dependents = False
+            param = request.parameters.get("unload_dependents")
+            if param is not None:
+                if param.WhichOneof("parameter_choice") != "bool_param":
+                    raise ServerError(ErrorCode.INVALID_ARG,
+                                      "invalid value type for 'unload_dependents' "
+                                      "parameter, expected bool_param.")
+                dependents = param.bool_param
+            await self._core.unload_model(request.model_name, unload_dependents=dependents)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await abort(context, exc, "RepositoryModelUnload")
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- shared memory, trace, logging: not supported -----------------------------------
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await _no_regions(request, context, "system",
+                                 pb.SystemSharedMemoryStatusResponse)
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await _no_regions(request, context, "cuda", pb.CudaSharedMemoryStatusResponse)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        await abort(context, _unsupported("system shared memory"), "SystemSharedMemoryRegister")
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        await abort(context, _unsupported("CUDA shared memory"), "CudaSharedMemoryRegister")
+
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        await abort(context, _unsupported("the trace extension"), "TraceSetting")
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        await abort(context, _unsupported("the logging extension over gRPC"), "LogSettings")
+
+
+async def _no_regions(request: Any, context: Any, kind: str, response_type: Any) -> Any:
+    """No region is ever registered: a named one is NOT_FOUND, as in Triton."""
+    if request.name:
+        await abort(context, ServerError(
+            ErrorCode.NOT_FOUND,
+            f"Unable to find {kind} shared memory region: '{request.name}'"), "status")
+    return response_type()
+
+
+def _load_parameters(request: pb.RepositoryModelLoadRequest
+                     ) -> tuple[str | None, dict[str, bytes] | None]:
+    config = None
+    files: dict[str, bytes] = {}
+    for key, param in request.parameters.items():
+        kind = param.WhichOneof("parameter_choice")
+        if key == "config":
+            if kind != "string_param":
+                raise ServerError(ErrorCode.INVALID_ARG, f"invalid value type for load "
+                                  f"parameter '{key}', expected string_param.")
+            config = param.string_param
+        elif key.startswith("file:"):
+            if kind != "bytes_param":
+                raise ServerError(ErrorCode.INVALID_ARG, f"invalid value type for load "
+                                  f"parameter '{key}', expected bytes_param.")
+            files[key] = param.bytes_param
+        else:
+            raise ServerError(ErrorCode.INVALID_ARG, f"unrecognized load parameter '{key}'.")
+    return config, files or None

@@ -1,0 +1,199 @@
+"""ModelStreamInfer: one bidirectional call carrying many requests at once.
+
+Every request read from the call runs in its own task, owned by the call's
+`StreamSession`; their responses go through one outbox to the single writer (gRPC
+allows one write at a time). What Triton's stream handler does, and so this does:
+* a decoupled model's responses go out as they come; the responses of other models go
+  out in the order their requests arrived;
+* every response written carries the `triton_final_response` parameter (true on the
+  last response of its request); a decoupled model's flag-only final response is sent
+  (empty) only when the request set `triton_enable_empty_final_response`;
+* an error is a response with `error_message` (and the request id); the call stays
+  open for the other requests;
+* when the client half-closes, the requests in flight finish, then the call ends OK;
+* when the call is cancelled (client cancel, deadline, server stop), the tasks of the
+  requests in flight are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import aclosing
+from typing import AsyncIterator
+
+from tritonclient.grpc import service_pb2 as pb
+
+from pbserve.backend.api import InferenceCore
+from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.errors import ServerError
+from pbserve.server.grpc_codec import (
+    FINAL_KEY, decode_infer_request, encode_infer_response, error_of, model_version)
+
+log = logging.getLogger("pbserve.grpc")
+
+_END = None  # the outbox item that ends the call
+
+
+class StreamSession:
+    """The requests in flight on one ModelStreamInfer call, and the call's writer."""
+
+    def __init__(self, core: InferenceCore, context: object) -> None:
+        self._core = core
+        self._context = context
+        self._outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        self._tasks: set[asyncio.Task] = set()
+        self._reading = True
+        # Completion of the latest non-decoupled request: the next one waits for it
+        # before it queues its response, so they go out in arrival order.
+        self._ordered_tail: asyncio.Future | None = None
+
+    async def run(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
+        """Serve the call until the client half-closed and every request finished, or
+        until the call is cancelled (then the requests in flight are cancelled)."""
+        reader = asyncio.create_task(self._read(requests))
+        try:
+            write = self._context.write  # type: ignore[attr-defined]
+            outbox = self._outbox
+            while True:
+                message = await outbox.get()
+                if message is _END:
+                    break
+                await write(message)
+        finally:
+            tasks = [reader, *self._tasks]
+            for task in tasks:
+                task.cancel()
+            # Let the cancelled tasks unwind (closing their response iterators) before
+            # the call is gone; their results are collected so nothing is logged.
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
+        try:
+            async for request in requests:
+                self._start(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the transport failed: end the call
+            log.debug("ModelStreamInfer: reading the stream failed: %r", exc)
+            self._outbox.put_nowait(_END)
+            return
+        self._reading = False
+        self._maybe_end()
+
+    def _start(self, request: pb.ModelInferRequest) -> None:
+        """Decode one request and start its task; requests of non-decoupled models (and
+        requests refused before inference) keep their place in the response order."""
+        try:
+            version = model_version(request.model_version)
+            decoupled = self._core.is_decoupled(request.model_name, version)
+            infer_request, empty_final = decode_infer_request(request, version)
+        except Exception as exc:  # noqa: BLE001 - becomes this request's error response
+            decoupled, infer_request, empty_final, error = False, None, False, exc
+        else:
+            error = None
+        if decoupled:
+            assert infer_request is not None
+            coro = self._serve_decoupled(request, infer_request, empty_final)
+        else:
+            previous = self._ordered_tail
+            mine = self._ordered_tail = asyncio.get_running_loop().create_future()
+            coro = self._serve_ordered(request, infer_request, error, previous, mine)
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        self._maybe_end()
+
+    def _maybe_end(self) -> None:
+        if not self._reading and not self._tasks:
+            self._outbox.put_nowait(_END)
+
+    async def _serve_ordered(self, request: pb.ModelInferRequest,
+                             infer_request: InferRequest | None, error: Exception | None,
+                             previous: asyncio.Future | None, mine: asyncio.Future) -> None:
+        try:
+            if infer_request is None:
+                message = refused_message(request, error_of(error))  # type: ignore[arg-type]
+            else:
+                message = await self._infer(request, infer_request)
+            if previous is not None and not previous.done():
+                await previous
+            self._outbox.put_nowait(message)
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+
+    async def _infer(self, request: pb.ModelInferRequest,
+                     infer_request: InferRequest) -> pb.ModelStreamInferResponse:
+        try:
+            response = await self._core.infer(infer_request)
+        except Exception as exc:  # noqa: BLE001 - becomes this request's error response
+            return refused_message(request, _logged(exc))
+        try:
+            return response_message(request, response)
+        finally:
+            response.release()
+
+    async def _serve_decoupled(self, request: pb.ModelInferRequest,
+                               infer_request: InferRequest, empty_final: bool) -> None:
+        put = self._outbox.put_nowait
+        try:
+            async with aclosing(self._core.stream_infer(infer_request)) as responses:
+                async for response in responses:
+                    try:
+                        if is_flag_only(response):
+                            if empty_final:
+                                put(empty_final_message(request))
+                        else:
+                            put(response_message(request, response))
+                    finally:
+                        response.release()
+        except Exception as exc:  # noqa: BLE001 - becomes this request's error response
+            put(refused_message(request, _logged(exc)))
+
+
+def _logged(exc: Exception) -> ServerError:
+    if not isinstance(exc, ServerError):
+        log.error("ModelStreamInfer: request failed", exc_info=exc)
+    return error_of(exc)
+
+
+def is_flag_only(response: InferResponse) -> bool:
+    """The final flag sent on its own (no response object in Triton's terms)."""
+    return (response.final and not response.outputs and response.error is None
+            and not response.parameters)
+
+
+def response_message(request: pb.ModelInferRequest,
+                     response: InferResponse) -> pb.ModelStreamInferResponse:
+    """One response of the core (data or a model's error) as a stream message."""
+    error = response.error
+    if error is None:
+        infer_response = encode_infer_response(response)
+        message = pb.ModelStreamInferResponse(infer_response=infer_response)
+    else:
+        message = pb.ModelStreamInferResponse(
+            error_message=error.message,
+            infer_response=pb.ModelInferResponse(
+                id=request.id, model_name=request.model_name,
+                model_version=request.model_version))
+    message.infer_response.parameters[FINAL_KEY].bool_param = response.final
+    return message
+
+
+def empty_final_message(request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    message = pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(
+        id=request.id, model_name=request.model_name, model_version=request.model_version))
+    message.infer_response.parameters[FINAL_KEY].bool_param = True
+    return message
+
+
+def refused_message(request: pb.ModelInferRequest,
+                    error: ServerError) -> pb.ModelStreamInferResponse:
+    """A request that failed before (or instead of) inference: the error and the id."""
+    return pb.ModelStreamInferResponse(error_message=error.message,
+                                       infer_response=pb.ModelInferResponse(id=request.id))
+
