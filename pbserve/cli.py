@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from pbserve.backend.manager import ModelManager
+from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
 
 log = logging.getLogger("pbserve")
@@ -72,6 +73,10 @@ async def serve(args: argparse.Namespace) -> int:
         if args.allow_http:
             servers.append(await start_http_server(manager, args.http_address, args.http_port))
             log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+        if args.allow_grpc:
+            servers.append(await start_grpc_server(manager, args.grpc_address, args.grpc_port))
+            log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
+                     args.grpc_port)
         if args.allow_metrics:
             servers.append(await start_metrics_server(manager, args.metrics_address,
                                                       args.metrics_port))

@@ -6,6 +6,7 @@ import asyncio
 import enum
 import json
 import logging
+import time
 from typing import Callable
 
 from pbserve.backend.pending import PendingRequest
@@ -177,13 +178,17 @@ class ModelInstance:
         self.busy = True
         batch_id = self._next_batch = self._next_batch + 1
         self._batches[batch_id] = batch
+        now = time.monotonic_ns()
         for pending in batch:
             self._inflight[pending.key] = pending
+            pending.instance = self
+            pending.exec_start_ns = now
         frees, self._frees = tuple(self._frees), []
         self._stub.send((p.EXECUTE, batch_id, tuple(pr.inputs for pr in batch), frees))
 
     def cancel(self, key: int) -> None:
-        if key in self._inflight and self._stub is not None:
+        """Tell the stub: `request.is_cancelled()` becomes true for this request."""
+        if key in self._inflight and self._stub is not None and self._stub.alive():
             self._stub.send_control((p.CANCEL, key))
 
     def _on_messages(self, batch: list[tuple]) -> None:

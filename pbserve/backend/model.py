@@ -109,7 +109,11 @@ class Model:
                 f"HTTP generate_stream) to receive its responses"))
         pending = self._submit(request, streaming=False)
         assert pending.future is not None
-        response = await pending.future
+        try:
+            response = await pending.future
+        except asyncio.CancelledError:
+            self.cancel(pending)
+            raise
         self._count(pending, response)
         return response
 
@@ -117,14 +121,32 @@ class Model:
         pending = self._submit(request, streaming=True)
         assert pending.stream is not None
         failed = False
-        while True:
-            response = await pending.stream.get()
-            failed = failed or response.error is not None
-            if response.final:
-                self._count(pending, response if not failed else _failed(response))
+        try:
+            while True:
+                response = await pending.stream.get()
+                failed = failed or response.error is not None
+                if response.final:
+                    self._count(pending, response if not failed else _failed(response))
+                    yield response
+                    return
                 yield response
-                return
-            yield response
+        finally:
+            if not pending.done:
+                self.cancel(pending)
+
+    def cancel(self, pending: PendingRequest) -> None:
+        """The client went away: a queued request is dropped before `execute`, a running
+        one sees `is_cancelled()` become true. Its responses are released unread."""
+        if pending.cancelled or pending.done:
+            return
+        pending.cancelled = True
+        self.stats.pending -= 1
+        self.stats.failure += 1
+        if pending.instance is not None:
+            pending.instance.cancel(pending.key)
+        elif self.scheduler is not None and self.scheduler.remove(pending):
+            pending.deliver(self._error(pending, ServerError(
+                ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
 
     def _submit(self, request: InferRequest, streaming: bool) -> PendingRequest:
         batch_size = self._validator.validate(request)
@@ -176,6 +198,8 @@ class Model:
     def _count(self, pending: PendingRequest, response: InferResponse) -> None:
         stats = self.stats
         stats.pending -= 1
+        if pending.exec_start_ns:
+            stats.queue_us += (pending.exec_start_ns - pending.arrival_ns) // 1000
         stats.request_us += (time.monotonic_ns() - pending.arrival_ns) // 1000
         if response.error is None:
             stats.success += 1

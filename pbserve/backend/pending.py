@@ -19,7 +19,7 @@ class PendingRequest:
     """
 
     __slots__ = ("key", "request", "inputs", "blocks", "batch_size", "future", "stream",
-                 "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done", "cancelled")
+                 "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done", "cancelled", "instance")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
                  batch_size: int, free_blocks: Callable[[list[Block]], None],
@@ -38,6 +38,7 @@ class PendingRequest:
         self._free_blocks = free_blocks
         self.done = False
         self.cancelled = False
+        self.instance = None  # the ModelInstance running it, once dispatched
 
     def deliver(self, response: InferResponse) -> None:
         """Hand one response to the caller; a final one completes the request."""

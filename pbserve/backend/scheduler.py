@@ -41,8 +41,6 @@ class Scheduler:
 
     def dispatch(self) -> None:
         queue = self._queue
-        while queue and queue[0].cancelled:
-            queue.popleft()
         if not queue:
             return
         for instance in self.instances:
@@ -76,6 +74,14 @@ class Scheduler:
     def _on_timer(self) -> None:
         self._timer = None
         self.dispatch()
+
+    def remove(self, pending: PendingRequest) -> bool:
+        """Take a request out of the queue (cancelled); False if it is not queued."""
+        try:
+            self._queue.remove(pending)
+        except ValueError:
+            return False
+        return True
 
     def drain(self) -> list[PendingRequest]:
         """Take every queued request (the model is going away)."""

@@ -19,7 +19,12 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from pbserve.backend.types import (
-    FLAG_SEQUENCE_END, FLAG_SEQUENCE_START, InferRequest, InferResponse, TensorData)
+    FLAG_SEQUENCE_END,
+    FLAG_SEQUENCE_START,
+    InferRequest,
+    InferResponse,
+    TensorData,
+)
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.http_codec import byte_view, error_of
 

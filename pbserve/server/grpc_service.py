@@ -13,7 +13,8 @@ RPCs and the repository extension:
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 from google.protobuf import json_format
@@ -25,7 +26,12 @@ from pbserve.backend.model_config import config_from_dict
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.server import http_stats
 from pbserve.server.grpc_codec import (
-    decode_infer_request, encode_infer_response, error_of, model_version, status_code)
+    decode_infer_request,
+    encode_infer_response,
+    error_of,
+    model_version,
+    status_code,
+)
 from pbserve.server.grpc_stream import StreamSession
 
 log = logging.getLogger("pbserve.grpc")

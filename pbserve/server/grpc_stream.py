@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import AsyncIterator
 
 from tritonclient.grpc import service_pb2 as pb
 
@@ -28,7 +28,12 @@ from pbserve.backend.api import InferenceCore
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ServerError
 from pbserve.server.grpc_codec import (
-    FINAL_KEY, decode_infer_request, encode_infer_response, error_of, model_version)
+    FINAL_KEY,
+    decode_infer_request,
+    encode_infer_response,
+    error_of,
+    model_version,
+)
 
 log = logging.getLogger("pbserve.grpc")
 
