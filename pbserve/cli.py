@@ -62,7 +62,8 @@ def configure_logging(args: argparse.Namespace) -> None:
 async def serve(args: argparse.Namespace) -> int:
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
-                           startup_models=args.load_model)
+                           startup_models=args.load_model,
+                           auto_complete=not args.disable_auto_complete_config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

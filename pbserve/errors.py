@@ -27,15 +27,16 @@ class ErrorCode(enum.IntEnum):
         return _GRPC_STATUS[self]
 
 
+# As Triton's HTTP frontend: anything not listed otherwise is 400.
 _HTTP_STATUS = {
-    ErrorCode.UNKNOWN: 500,
+    ErrorCode.UNKNOWN: 400,
     ErrorCode.INTERNAL: 500,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.INVALID_ARG: 400,
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.UNSUPPORTED: 501,
-    ErrorCode.ALREADY_EXISTS: 409,
-    ErrorCode.CANCELLED: 499,
+    ErrorCode.ALREADY_EXISTS: 400,
+    ErrorCode.CANCELLED: 400,
 }
 
 _GRPC_STATUS = {

@@ -24,6 +24,7 @@ EXECUTE = 2       # (EXECUTE, batch_id, requests: tuple[RequestMsg], frees)
 FINALIZE = 3      # (FINALIZE,)
 RELEASE = 4       # control queue: (RELEASE, frees: tuple[(region, offset)])
 CANCEL = 5        # control queue: (CANCEL, key)
+AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json)
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
@@ -33,6 +34,7 @@ SEND = 104        # (SEND, key, response: ResponseMsg | None, flags)
 BATCH_DONE = 105  # (BATCH_DONE, batch_id, error: str | None)  decoupled execute returned
 LOG = 106         # (LOG, level, message, filename, line)
 FINALIZED = 107   # (FINALIZED,)
+AUTO_COMPLETED = 108  # (AUTO_COMPLETED, error: str | None, config_json: str | None)
 
 # RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
 #               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc])

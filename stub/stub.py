@@ -11,10 +11,13 @@ Three queues connect it to the parent (all in shm):
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import threading
 import traceback
 
+import backend_utils
+import triton_python_backend_utils
 from backend_utils import _runtime
 from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL
 from backend_utils.error import TritonError
@@ -48,6 +51,7 @@ class Stub:
         self.parent_pid = parent_pid
         self.instance_name = instance_name
         self.model = None
+        self.module = None
         self.runtime: StubRuntime | None = None
         self.decoupled = False
         self.async_loop = AsyncLoopThread(self.log_error)
@@ -91,6 +95,8 @@ class Stub:
                     self.on_execute(message[1], message[2], message[3])
                 elif kind == p.INIT:
                     self.on_init(*message[1:])
+                elif kind == p.AUTO_COMPLETE:
+                    self.on_auto_complete(*message[1:])
                 elif kind == p.FINALIZE:
                     self.on_finalize()
         finally:
@@ -115,13 +121,38 @@ class Stub:
                 self.log_error(f"parent released an unknown block: {err}")
 
     # -- commands ---------------------------------------------------------------------
+    def _model_class(self, model_path: str) -> type:
+        """Import model.py once (auto-complete and initialize share the import)."""
+        if self.module is None:
+            directory = os.path.dirname(model_path)
+            for utils in (backend_utils, triton_python_backend_utils):
+                utils.get_model_dir = lambda: directory
+            self.module = import_model_module(model_path)
+        return model_class(self.module)
+
+    def on_auto_complete(self, model_path: str, config_json: str) -> None:
+        """Run the class's `auto_complete_config` (Triton calls it on the class) and
+        send the completed config back; None when the model has no such method."""
+        try:
+            cls = self._model_class(model_path)
+            if not hasattr(cls, "auto_complete_config"):
+                self.send((p.AUTO_COMPLETED, None, None))
+                return
+            completed = cls.auto_complete_config(backend_utils.ModelConfig(config_json))
+            if not isinstance(completed, backend_utils.ModelConfig):
+                raise TypeError(
+                    "auto_complete_config function must return a valid ModelConfig object, "
+                    f"got '{type(completed).__name__}'")
+            self.send((p.AUTO_COMPLETED, None, json.dumps(completed.as_dict())))
+        except BaseException as exc:  # noqa: BLE001 - the load fails with any error
+            self.send((p.AUTO_COMPLETED, _describe(exc), None))
+
     def on_init(self, args: dict, model_path: str, decoupled: bool) -> None:
         try:
             self.decoupled = decoupled
             self.runtime = StubRuntime(self, decoupled)
             _runtime.set_runtime(self.runtime)
-            module = import_model_module(model_path)
-            self.model = model_class(module)()
+            self.model = self._model_class(model_path)()
             if hasattr(self.model, "initialize"):
                 self.model.initialize(args)
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error

@@ -20,7 +20,7 @@ RESOLVED = [
     "syntax_error_model", "load_unload", "large_tensor_64mib", "logger", "metrics_counters",
     "stub_crash_restart",
     # beyond it so far
-    "dynamic_batching", "optional_input", "request_parameters",
+    "dynamic_batching", "optional_input", "request_parameters", "auto_complete_config",
 ]
 
 

@@ -63,6 +63,9 @@ class ModelInstance:
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
 
+    def set_on_idle(self, on_idle: Callable[["ModelInstance"], None]) -> None:
+        self._on_idle = on_idle
+
     @property
     def pid(self) -> int | None:
         return self._stub.pid if self._stub else None
@@ -74,10 +77,9 @@ class ModelInstance:
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         """Start the stub and run the model's `initialize`; ServerError if it fails."""
-        self.state = InstanceState.STARTING
-        self._stub = StubProcess(self.name, self._loop, self._on_messages, self._on_exit)
+        if self._stub is None:
+            await self.launch()
         try:
-            await self._expect(p.READY, "start")
             self._stub.send((p.INIT, self.init_args, self.model_path, self.decoupled))
             reply = await self._expect(p.INIT_DONE, "initialize")
             if reply[1] is not None:
@@ -89,6 +91,31 @@ class ModelInstance:
             raise
         self.state = InstanceState.READY
         self.busy = False
+
+    async def launch(self) -> None:
+        """Start the stub process and wait for its handshake (no model code runs yet)."""
+        self.state = InstanceState.STARTING
+        self._stub = StubProcess(self.name, self._loop, self._on_messages, self._on_exit)
+        try:
+            await self._expect(p.READY, "start")
+        except BaseException:
+            await self._discard_stub()
+            self.state = InstanceState.STOPPED
+            raise
+
+    async def auto_complete(self, config_json: str) -> str | None:
+        """Run the model's `auto_complete_config` in this (launched) stub; the completed
+        config as JSON, or None when the model does not define it."""
+        assert self._stub is not None
+        self._stub.send((p.AUTO_COMPLETE, self.model_path, config_json))
+        reply = await self._expect(p.AUTO_COMPLETED, "auto-complete its config")
+        if reply[1] is not None:
+            await self._discard_stub()
+            self.state = InstanceState.STOPPED
+            raise ServerError(ErrorCode.INVALID_ARG,
+                              f"failed to load '{self.model_name}': auto_complete_config: "
+                              f"{reply[1]}")
+        return reply[2]
 
     async def _expect(self, kind: int, what: str) -> tuple:
         self._waiter = self._loop.create_future()

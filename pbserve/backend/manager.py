@@ -18,7 +18,7 @@ from pbserve import __version__
 from pbserve.backend import metrics
 from pbserve.backend.model import Model
 from pbserve.backend.model_config import (
-    apply_auto_complete, complete_defaults, config_from_json, config_to_dict,
+    complete_defaults, config_from_json, config_to_dict,
     model_metadata, read_model_config)
 from pbserve.backend.repository import find_model, scan_repositories, served_versions
 from pbserve.backend.types import InferRequest, InferResponse
@@ -54,12 +54,13 @@ class ModelEntry:
 
 class ModelManager:
     def __init__(self, repositories: list[Path], control_mode: str = "none",
-                 startup_models: list[str] | None = None) -> None:
+                 startup_models: list[str] | None = None, auto_complete: bool = True) -> None:
         if control_mode not in ("none", "explicit"):
             raise invalid_arg(f"unsupported model control mode '{control_mode}'")
         self.repositories = [Path(r).resolve() for r in repositories]
         self.control_mode = control_mode
         self.startup_models = list(startup_models or [])
+        self.auto_complete = auto_complete
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
@@ -225,14 +226,13 @@ class ModelManager:
         else:
             cfg = read_model_config(source.path)
         cfg = complete_defaults(cfg, name, source.path, check_io=False)
-        cfg = apply_auto_complete(cfg, cfg)
         versions = served_versions(cfg, source.path)
         assert self._pool is not None
         loaded: dict[str, Model] = {}
         for version in versions:
             model = Model(name, version, source.path, cfg, self._pool, self._regions)
             try:
-                await model.load()
+                await model.load(self.auto_complete)
             except ServerError as err:
                 await asyncio.gather(*(m.unload() for m in loaded.values()))
                 raise ServerError(err.code, f"load failed for model '{name}': version "

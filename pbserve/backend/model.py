@@ -14,7 +14,8 @@ import numpy as np
 
 from pbserve.backend.instance import InstanceState, ModelInstance
 from pbserve.backend.metrics import ModelStats
-from pbserve.backend.model_config import config_to_json, is_decoupled
+from pbserve.backend.model_config import (
+    apply_auto_complete, config_from_json, config_to_json, is_decoupled)
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduler import Scheduler
 from pbserve.backend.types import InferRequest, InferResponse
@@ -39,7 +40,7 @@ class Model:
         self.stats = ModelStats(name, self.version)
         self._pool = pool
         self._regions = regions
-        self._validator = RequestValidator(cfg)
+        self._validator: RequestValidator | None = None
         self._log = logging.getLogger(f"pbserve.model.{name}")
         self.scheduler: Scheduler | None = None
         self.instances: list[ModelInstance] = []
@@ -53,17 +54,36 @@ class Model:
             i.state in (InstanceState.READY, InstanceState.RESTARTING) for i in self.instances)
 
     # -- lifecycle --------------------------------------------------------------------
-    async def load(self) -> None:
-        """Start every instance (in parallel); if one fails, stop the others and raise."""
+    async def load(self, auto_complete: bool = True) -> None:
+        """Run auto-complete in the first instance's stub, then start every instance
+        (in parallel); if one fails, stop the others and raise."""
+        self._create_instances()
+        try:
+            first = self.instances[0]
+            await first.launch()
+            completed = await first.auto_complete(config_to_json(self.cfg)) \
+                if auto_complete else None
+            self._set_config(apply_auto_complete(
+                self.cfg, config_from_json(completed) if completed else self.cfg))
+        except BaseException:
+            await self.unload()
+            raise
+        results = await asyncio.gather(*(i.start() for i in self.instances),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self.unload()
+            raise errors[0]
+
+    def _create_instances(self) -> None:
         self.scheduler = Scheduler(self.cfg)
-        config_json = config_to_json(self.cfg)
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
             for i in range(max(group.count, 1)):
                 device = group.gpus[i % len(group.gpus)] if group.gpus else 0
                 instance_name = f"{group_name}_{i}"
                 args = {
-                    "model_config": config_json,
+                    "model_config": "",
                     "model_instance_kind": _KIND_NAME.get(group.kind, "CPU"),
                     "model_instance_name": instance_name,
                     "model_instance_device_id": str(device),
@@ -78,12 +98,19 @@ class Model:
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
                     model_log=self._log))
         self.scheduler.instances = self.instances
-        results = await asyncio.gather(*(i.start() for i in self.instances),
-                                       return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self.unload()
-            raise errors[0]
+
+    def _set_config(self, cfg: mc.ModelConfig) -> None:
+        """Adopt the completed config: what `initialize` gets and requests are checked by."""
+        self.cfg = cfg
+        self.decoupled = is_decoupled(cfg)
+        self._validator = RequestValidator(cfg)
+        self.scheduler = Scheduler(cfg)
+        self.scheduler.instances = self.instances
+        config_json = config_to_json(cfg)
+        for instance in self.instances:
+            instance.init_args["model_config"] = config_json
+            instance.decoupled = self.decoupled
+            instance.set_on_idle(self.scheduler.on_idle)
 
     async def unload(self) -> None:
         """Fail what is queued, finalize every instance (their in-flight work first)."""
