@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._parameters import parameters_to_json
-from ._runtime import require_runtime
+from ._runtime import get_runtime, require_runtime
 from .constants import TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 from .error import TritonModelException
 from .preferred_memory import PreferredMemory
@@ -279,13 +279,19 @@ class InferenceRequest:
     def async_exec(
         self, decoupled: bool = False
     ) -> asyncio.Future[InferenceResponse | ResponseIterator]:
-        """`exec` on the running loop's default executor; must be called inside a coroutine.
+        """`exec` awaited on the running loop; must be called inside a coroutine.
 
-        With `decoupled=True` the awaited iterator also supports `async for`.
+        A runtime with `bls_async_exec` (pbserve's stub) waits on the loop itself, so any
+        number of calls can be in flight; otherwise `exec` runs on the loop's default
+        executor, as in Triton. With `decoupled=True` the awaited iterator also supports
+        `async for`.
         """
         if not isinstance(decoupled, bool):
             raise TypeError(f"decoupled must be a bool, got {type(decoupled).__name__}")
         loop = asyncio.get_running_loop()
+        native = getattr(get_runtime(), "bls_async_exec", None)
+        if native is not None:
+            return asyncio.ensure_future(native(self, decoupled))
         return loop.run_in_executor(None, self.exec, decoupled)
 
     def __repr__(self) -> str:

@@ -73,7 +73,9 @@ def _is_capsule(obj: Any) -> bool:
 class Tensor:
     """A named tensor: `Tensor(name, numpy_array)` or `Tensor.from_dlpack(name, obj)`."""
 
-    __slots__ = ("_name", "_dtype", "_array", "_serialized", "_gpu", "__weakref__")
+    # `_shm_desc`: where the bytes already are in shared memory (set by the stub for
+    # inputs it received), so that a BLS call can forward the tensor without a copy.
+    __slots__ = ("_name", "_dtype", "_array", "_serialized", "_gpu", "_shm_desc", "__weakref__")
 
     _name: str
     _dtype: int
@@ -148,6 +150,7 @@ class Tensor:
         self._array = array
         self._serialized = None
         self._gpu = None
+        self._shm_desc = None
 
     # -- public API ---------------------------------------------------------------
 
@@ -268,6 +271,7 @@ class Tensor:
             tensor._array = None
             tensor._serialized = None
             tensor._gpu = (info, owner)
+            tensor._shm_desc = None
             return tensor
         dtype = _storage_dtype(code)
         if info.nbytes == 0:

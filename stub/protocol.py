@@ -10,6 +10,9 @@ Ownership of shm blocks, by message kind:
   request is complete (final response, error or stub death).
 - RESPONSES / SEND: output blocks belong to the stub's pool; the parent hands them back
   in the `frees` field of a later EXECUTE or a RELEASE once the frontend has sent them.
+- CALL "bls": input blocks belong to the calling stub, which frees them when the call
+  has its (final) answer. The answer's output blocks belong to the target stub; the
+  parent holds them under a token until the caller sends BLS_RELEASE for it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ FINALIZE = 3      # (FINALIZE,)
 RELEASE = 4       # control queue: (RELEASE, frees: tuple[(region, offset)])
 CANCEL = 5        # control queue: (CANCEL, key)
 AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json)
+REPLY = 7         # control queue: (REPLY, call_id, error: str | None, value)
+STREAM_ITEM = 8   # control queue: (STREAM_ITEM, call_id, value, final: bool)
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
@@ -35,6 +40,9 @@ BATCH_DONE = 105  # (BATCH_DONE, batch_id, error: str | None)  decoupled execute
 LOG = 106         # (LOG, level, message, filename, line)
 FINALIZED = 107   # (FINALIZED,)
 AUTO_COMPLETED = 108  # (AUTO_COMPLETED, error: str | None, config_json: str | None)
+CALL = 109        # (CALL, call_id, op, args): the stub asks, the parent answers (stub/calls.py)
+CALL_CANCEL = 110  # (CALL_CANCEL, call_id): the stub no longer wants a streamed call
+BLS_RELEASE = 111  # (BLS_RELEASE, token): the outputs of a BLS response are no longer used
 
 # RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
 #               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc])

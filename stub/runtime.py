@@ -57,8 +57,12 @@ class StubRuntime:
             return request._key in self._cancelled
 
     # -- later issues -----------------------------------------------------------------
-    def bls_exec(self, request, decoupled):
-        raise TritonModelException(f"BLS (InferenceRequest.exec) {_LATER}")
+    def bls_exec(self, request: "InferenceRequest", decoupled: bool):
+        return self._stub.bls.exec(request, decoupled)
+
+    async def bls_async_exec(self, request: "InferenceRequest", decoupled: bool):
+        """pbserve's addition: `async_exec` waits on the loop instead of a thread."""
+        return await self._stub.bls.async_exec(request, decoupled)
 
     def metric_family_new(self, family) -> None:
         raise TritonModelException(f"custom metrics {_LATER}")

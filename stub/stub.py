@@ -26,6 +26,8 @@ from shm.pool import Pool, RegionMap
 from shm.queue import MessageQueue
 from stub import protocol as p
 from stub.async_loop import AsyncLoopThread
+from stub.bls import BlsClient
+from stub.calls import Calls
 from stub.model_loader import import_model_module, model_class
 from stub.responses import check_returned, response_msg
 from stub.runtime import StubRuntime
@@ -55,6 +57,8 @@ class Stub:
         self.runtime: StubRuntime | None = None
         self.decoupled = False
         self.async_loop = AsyncLoopThread(self.log_error)
+        self.calls = Calls(self.send)
+        self.bls = BlsClient(self)
         self._open: set[int] = set()
         self._open_lock = threading.Lock()
         self._running = True
@@ -108,9 +112,14 @@ class Stub:
             if not raw:
                 continue
             message = p.decode(raw)
-            if message[0] == p.RELEASE:
+            kind = message[0]
+            if kind == p.REPLY:
+                self.calls.on_reply(message[1], message[2], message[3])
+            elif kind == p.STREAM_ITEM:
+                self.calls.on_item(message[1], message[2], message[3])
+            elif kind == p.RELEASE:
                 self._free(message[1])
-            elif message[0] == p.CANCEL and self.runtime is not None:
+            elif kind == p.CANCEL and self.runtime is not None:
                 self.runtime.mark_cancelled(message[1])
 
     def _free(self, frees: tuple) -> None:
@@ -227,6 +236,7 @@ class Stub:
 
     def close(self) -> None:
         self._running = False
+        self.calls.fail_all(f"model instance '{self.instance_name}' is shutting down")
         self.pool.close()
         self.regions.close()
 

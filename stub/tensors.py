@@ -14,7 +14,10 @@ def input_tensors(descs: tuple, regions: RegionMap) -> list[Tensor]:
     tensors = []
     for name, datatype, shape, region, offset, nbytes in descs:
         buffer = regions.view(region, offset, nbytes)
-        tensors.append(Tensor._from_triton(name, datatype, shape, buffer))
+        tensor = Tensor._from_triton(name, datatype, shape, buffer)
+        # A BLS call may forward this input as it is: its bytes already are in shm.
+        tensor._shm_desc = (name, datatype, shape, region, offset, nbytes)
+        tensors.append(tensor)
     return tensors
 
 

@@ -21,6 +21,11 @@ RESOLVED = [
     "stub_crash_restart",
     # beyond it so far
     "dynamic_batching", "optional_input", "request_parameters", "auto_complete_config",
+    # gRPC, decoupled and async (issue 7)
+    "grpc_add_sub", "grpc_metadata", "grpc_tensors", "grpc_errors", "decoupled_stream",
+    "async_execute_overlap", "async_execute_exception",
+    # BLS and cancellation (issue 5)
+    "bls_sync", "bls_async", "bls_decoupled", "bls_missing_model", "cancellation",
 ]
 
 

@@ -10,6 +10,7 @@ import time
 from typing import Callable
 
 from pbserve.backend.pending import PendingRequest
+from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
 from pbserve.backend.types import InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal
@@ -40,7 +41,7 @@ class ModelInstance:
                  init_args: dict[str, str], decoupled: bool, regions: RegionMap,
                  on_idle: Callable[["ModelInstance"], None],
                  on_batch_done: Callable[[list[PendingRequest]], None],
-                 model_log: logging.Logger) -> None:
+                 model_log: logging.Logger, calls: "StubCalls") -> None:
         self.model_name = model_name
         self.model_version = model_version
         self.name = name
@@ -50,6 +51,8 @@ class ModelInstance:
         self.state = InstanceState.STOPPED
         self.busy = False
         self.restarts = 0
+        self.self_calls = 0  # BLS calls in flight from this instance to its own model
+        self._calls = calls
         self._regions = regions
         self._on_idle = on_idle
         self._on_batch_done = on_batch_done
@@ -156,6 +159,7 @@ class ModelInstance:
     async def _discard_stub(self) -> None:
         stub, self._stub = self._stub, None
         if stub is not None:
+            self._calls.caller_gone(self)
             stub.kill()
             await stub.wait_exit(5.0)
             stub.close()
@@ -213,6 +217,16 @@ class ModelInstance:
         frees, self._frees = tuple(self._frees), []
         self._stub.send((p.EXECUTE, batch_id, tuple(pr.inputs for pr in batch), frees))
 
+    def reply(self, call_id: int, error: str | None, value: object) -> None:
+        """Answer a CALL of this stub (on its control queue)."""
+        if self._stub is not None and self._stub.alive():
+            self._stub.send_control((p.REPLY, call_id, error, value))
+
+    def reply_item(self, call_id: int, value: object, final: bool) -> None:
+        """One answer of a streamed CALL of this stub."""
+        if self._stub is not None and self._stub.alive():
+            self._stub.send_control((p.STREAM_ITEM, call_id, value, final))
+
     def cancel(self, key: int) -> None:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
         if key in self._inflight and self._stub is not None and self._stub.alive():
@@ -229,6 +243,12 @@ class ModelInstance:
                 self._on_batch_end(message[1], message[2])
             elif kind == p.LOG:
                 self._on_log(message[1], message[2], message[3], message[4])
+            elif kind == p.CALL:
+                self._calls.handle(self, message[1], message[2], message[3])
+            elif kind == p.BLS_RELEASE:
+                self._calls.release(message[1])
+            elif kind == p.CALL_CANCEL:
+                self._calls.cancel(self, message[1])
             elif self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(message)
 
@@ -285,6 +305,7 @@ class ModelInstance:
         if outputs:
             stub = self._stub
             response._release = lambda: self._release_outputs(outputs, stub)
+            response._descs = outputs
         return response
 
     def _error_response(self, pending: PendingRequest, error: ServerError) -> InferResponse:

@@ -21,6 +21,7 @@ from pbserve.backend.model_config import (
     complete_defaults, config_from_json, config_to_dict,
     model_metadata, read_model_config)
 from pbserve.backend.repository import find_model, scan_repositories, served_versions
+from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
 from shm.names import new_prefix, sweep_dead_owners
@@ -64,6 +65,7 @@ class ModelManager:
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
+        self._calls = StubCalls(self.model, self._regions.view)
         self._live = False
 
     # -- server lifecycle -------------------------------------------------------------
@@ -109,20 +111,20 @@ class ModelManager:
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            return self._model(name, version).is_ready()
+            return self.model(name, version).is_ready()
         except ServerError:
             return False
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        model = self._model(name, version)
+        model = self.model(name, version)
         entry = self._entries[name]
         return model_metadata(model.cfg, sorted(entry.versions, key=int))
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        return config_to_dict(self._model(name, version).cfg)
+        return config_to_dict(self.model(name, version).cfg)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
-        return self._model(name, version).decoupled
+        return self.model(name, version).decoupled
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         names = set(scan_repositories(self.repositories).names()) | set(self._entries)
@@ -149,12 +151,13 @@ class ModelManager:
 
     # -- InferenceCore: inference ------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        return await self._model(request.model_name, request.model_version).infer(request)
+        return await self.model(request.model_name, request.model_version).infer(request)
 
     def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        return self._model(request.model_name, request.model_version).stream_infer(request)
+        return self.model(request.model_name, request.model_version).stream_infer(request)
 
-    def _model(self, name: str, version: str = "") -> Model:
+    def model(self, name: str, version: str = "") -> Model:
+        """The loaded model serving `name` (and `version`, "" = latest); NOT_FOUND else."""
         entry = self._entries.get(name)
         if entry is None or entry.state != READY or not entry.versions:
             suffix = " is not found" if entry is None else " has no available versions"
@@ -230,7 +233,8 @@ class ModelManager:
         assert self._pool is not None
         loaded: dict[str, Model] = {}
         for version in versions:
-            model = Model(name, version, source.path, cfg, self._pool, self._regions)
+            model = Model(name, version, source.path, cfg, self._pool, self._regions,
+                          self._calls)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

@@ -18,6 +18,7 @@ from pbserve.backend.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduler import Scheduler
+from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.validation import RequestValidator
 from pbserve.errors import ErrorCode, ServerError
@@ -31,7 +32,7 @@ _keys = itertools.count(1)
 
 class Model:
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
-                 pool: Pool, regions: RegionMap) -> None:
+                 pool: Pool, regions: RegionMap, calls: StubCalls) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -40,6 +41,7 @@ class Model:
         self.stats = ModelStats(name, self.version)
         self._pool = pool
         self._regions = regions
+        self._calls = calls
         self._validator: RequestValidator | None = None
         self._log = logging.getLogger(f"pbserve.model.{name}")
         self.scheduler: Scheduler | None = None
@@ -96,7 +98,7 @@ class Model:
                     model_path=str(self.model_path), init_args=args,
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
-                    model_log=self._log))
+                    model_log=self._log, calls=self._calls))
         self.scheduler.instances = self.instances
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
@@ -128,13 +130,13 @@ class Model:
             await asyncio.sleep(0.01)
 
     # -- requests ---------------------------------------------------------------------
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, descs: tuple | None = None) -> InferResponse:
         if self.decoupled:
             raise ServerError(ErrorCode.UNSUPPORTED, (
                 f"[request id: {request.id or '<id_unknown>'}] model '{self.name}' is using "
                 f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
                 f"HTTP generate_stream) to receive its responses"))
-        pending = self._submit(request, streaming=False)
+        pending = self._submit(request, streaming=False, descs=descs)
         assert pending.future is not None
         try:
             response = await pending.future
@@ -144,8 +146,9 @@ class Model:
         self._count(pending, response)
         return response
 
-    async def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        pending = self._submit(request, streaming=True)
+    async def stream_infer(self, request: InferRequest, descs: tuple | None = None
+                           ) -> AsyncIterator[InferResponse]:
+        pending = self._submit(request, streaming=True, descs=descs)
         assert pending.stream is not None
         failed = False
         try:
@@ -175,9 +178,17 @@ class Model:
             pending.deliver(self._error(pending, ServerError(
                 ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
 
-    def _submit(self, request: InferRequest, streaming: bool) -> PendingRequest:
+    def _submit(self, request: InferRequest, streaming: bool, descs: tuple | None = None
+                ) -> PendingRequest:
+        """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
+        shm (a BLS call's, in the caller's pool): they are passed on, not copied."""
         batch_size = self._validator.validate(request)
-        descs, blocks = self._copy_inputs(request, batch_size)
+        if descs is None:
+            descs, blocks = self._copy_inputs(request, batch_size)
+        else:
+            descs = tuple((d[0], d[1], self._validator.model_shape(t, batch_size), *d[3:])
+                          for d, t in zip(descs, request.inputs))
+            blocks = []
         key = next(_keys)
         params = json.dumps(request.parameters) if request.parameters else "{}"
         requested = tuple(request.requested_outputs) if request.requested_outputs else None

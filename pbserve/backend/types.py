@@ -59,6 +59,8 @@ class InferResponse:
     error: ServerError | None = None
     final: bool = True
     _release: Callable[[], None] | None = field(default=None, repr=False)
+    # The outputs' shm descriptors, for handing them on (BLS) without a copy.
+    _descs: tuple = field(default=(), repr=False)
 
     def release(self) -> None:
         release, self._release = self._release, None

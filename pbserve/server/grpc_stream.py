@@ -22,6 +22,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
+import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from pbserve.backend.api import InferenceCore
@@ -43,7 +44,7 @@ _END = None  # the outbox item that ends the call
 class StreamSession:
     """The requests in flight on one ModelStreamInfer call, and the call's writer."""
 
-    def __init__(self, core: InferenceCore, context: object) -> None:
+    def __init__(self, core: InferenceCore, context: grpc.aio.ServicerContext) -> None:
         self._core = core
         self._context = context
         self._outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
@@ -58,7 +59,7 @@ class StreamSession:
         until the call is cancelled (then the requests in flight are cancelled)."""
         reader = asyncio.create_task(self._read(requests))
         try:
-            write = self._context.write  # type: ignore[attr-defined]
+            write = self._context.write
             outbox = self._outbox
             while True:
                 message = await outbox.get()

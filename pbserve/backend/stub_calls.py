@@ -1,0 +1,127 @@
+"""The parent's side of what stubs ask it (CALL messages): BLS today.
+
+A BLS call goes through the target model's scheduler, the same one clients use. Its
+input tensors stay where the calling stub put them (descriptors are passed on), and the
+target's outputs go back as descriptors: a tensor crosses A -> B -> A without a copy
+between processes. The parent holds each answered response under a token until the
+caller says (BLS_RELEASE) that it no longer views its outputs, or the caller dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from pbserve.backend.types import InferRequest, InferResponse, TensorData
+from pbserve.errors import ErrorCode, ServerError
+
+if TYPE_CHECKING:
+    from pbserve.backend.instance import ModelInstance
+    from pbserve.backend.model import Model
+
+log = logging.getLogger("pbserve.backend")
+NO_TOKEN = 0
+
+
+class StubCalls:
+    def __init__(self, find_model: Callable[[str, str], "Model"],
+                 view: Callable[[str, int, int], memoryview]) -> None:
+        self._find_model = find_model
+        self._view = view
+        self._tokens = itertools.count(1)
+        self._held: dict[int, tuple["ModelInstance", InferResponse]] = {}
+        self._tasks: dict[tuple[int, int], asyncio.Task] = {}
+        self._handlers: dict[str, Callable[..., Awaitable[None]]] = {"bls": self._bls}
+
+    def handle(self, caller: "ModelInstance", call_id: int, op: str, args: tuple) -> None:
+        """Run the handler of `op` as a task; it answers with caller.reply/reply_item."""
+        handler = self._handlers.get(op)
+        if handler is None:
+            caller.reply(call_id, f"pbserve does not know the call '{op}'", None)
+            return
+        key = (id(caller), call_id)
+        task = asyncio.get_running_loop().create_task(handler(caller, call_id, args))
+        self._tasks[key] = task
+        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+
+    def cancel(self, caller: "ModelInstance", call_id: int) -> None:
+        task = self._tasks.get((id(caller), call_id))
+        if task is not None:
+            task.cancel()
+
+    def release(self, token: int) -> None:
+        held = self._held.pop(token, None)
+        if held is not None:
+            held[1].release()
+
+    def caller_gone(self, caller: "ModelInstance") -> None:
+        """A stub ended: release what it viewed and stop what it asked for."""
+        for token in [t for t, (c, _) in self._held.items() if c is caller]:
+            self.release(token)
+        for (owner, _), task in list(self._tasks.items()):
+            if owner == id(caller):
+                task.cancel()
+
+    # -- BLS --------------------------------------------------------------------------
+    async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
+        (model_name, version, request_id, correlation_id, flags, params, timeout,
+         requested, descs, decoupled) = args
+        request = InferRequest(
+            model_name, version, request_id,
+            inputs=[TensorData(d[0], d[1], tuple(d[2]), self._view(d[3], d[4], d[5]))
+                    for d in descs],
+            requested_outputs=list(requested) or None,
+            parameters=json.loads(params) if params and params != "{}" else {},
+            correlation_id=correlation_id, flags=flags, timeout_us=timeout)
+        self_call = False
+        try:
+            model = self._find_model(model_name, version)
+            self_call = caller in model.instances
+            if self_call:
+                caller.self_calls += 1
+                self._check_deadlock(model)
+            if decoupled:
+                async for response in model.stream_infer(request, descs=descs):
+                    caller.reply_item(call_id, self._answer(caller, response), response.final)
+            else:
+                response = await model.infer(request, descs=descs)
+                caller.reply(call_id, None, self._answer(caller, response))
+        except ServerError as err:
+            answer = (((int(err.code), err.message), (), "{}"), NO_TOKEN)
+            if decoupled:
+                caller.reply_item(call_id, answer, True)
+            else:
+                caller.reply(call_id, None, answer)
+        except asyncio.CancelledError:
+            if decoupled:
+                caller.reply_item(call_id, None, True)
+            raise
+        finally:
+            if self_call:
+                caller.self_calls -= 1
+
+    def _answer(self, caller: "ModelInstance", response: InferResponse) -> tuple:
+        if response.error is not None:
+            response.release()
+            return (((int(response.error.code), response.error.message), (), "{}"), NO_TOKEN)
+        params = json.dumps(response.parameters) if response.parameters else "{}"
+        if not response._descs:
+            response.release()
+            return ((None, (), params), NO_TOKEN)
+        token = next(self._tokens)
+        self._held[token] = (caller, response)
+        return ((None, response._descs, params), token)
+
+    @staticmethod
+    def _check_deadlock(model: "Model") -> None:
+        """A model calling itself while every one of its instances is busy, each waiting
+        on a call to this same model, can never be served: say so instead of hanging."""
+        if all(i.busy and i.self_calls > 0 for i in model.instances):
+            raise ServerError(ErrorCode.UNAVAILABLE, (
+                f"BLS deadlock: model '{model.name}' called itself while all its "
+                f"{len(model.instances)} instance(s) are busy waiting on BLS calls; add "
+                f"instances (instance_group count) or call another model"))
+
