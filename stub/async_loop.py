@@ -54,6 +54,7 @@ class AsyncLoopThread:
               on_error: Callable[[BaseException], None]) -> None:
         self._pending.discard(future)
         if future.cancelled():
+            on_error(asyncio.CancelledError("the request was cancelled"))
             return
         exc = future.exception()
         if exc is None:

@@ -23,6 +23,7 @@ from backend_utils.response_iterator import ResponseIterator
 from backend_utils.tensor import Tensor
 from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub import protocol as p
+from stub.context import CURRENT_KEYS
 from stub.tensors import output_desc
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ class BlsClient:
         args = (request.model_name(), "" if version in (-1, None) else str(version),
                 request.request_id(), request.correlation_id(), request.flags(),
                 request.parameters(), request.timeout(),
-                tuple(request.requested_output_names()), tuple(descs), decoupled)
+                tuple(request.requested_output_names()), tuple(descs), decoupled,
+                CURRENT_KEYS.get())
         return args, owned
 
     def _free(self, owned: list) -> None:

@@ -25,6 +25,7 @@ class StubRuntime:
         self._stub = stub
         self.decoupled = decoupled
         self._cancelled: set[int] = set()
+        self._coroutines: dict[int, tuple] = {}
         self._lock = threading.Lock()
 
     # -- logging ----------------------------------------------------------------------
@@ -44,12 +45,36 @@ class StubRuntime:
 
     # -- cancellation -----------------------------------------------------------------
     def mark_cancelled(self, key: int) -> None:
+        """Remember the cancellation; with the opt-in, also cancel a coroutine once every
+        request it serves is cancelled (asyncio.CancelledError inside the model)."""
         with self._lock:
             self._cancelled.add(key)
+            watched = self._coroutines.pop(key, None)
+            if watched is None:
+                return
+            keys, future = watched
+            if not all(k in self._cancelled for k in keys):
+                return
+            for k in keys:
+                self._coroutines.pop(k, None)
+        future.cancel()
+
+    def watch_coroutine(self, keys: tuple, future) -> None:
+        """The opt-in (`pbserve.cancel_coroutines`): `future` runs for these requests."""
+        with self._lock:
+            for key in keys:
+                self._coroutines[key] = (keys, future)
+        future.add_done_callback(lambda _: self._unwatch(keys))
+
+    def _unwatch(self, keys: tuple) -> None:
+        with self._lock:
+            for key in keys:
+                self._coroutines.pop(key, None)
 
     def forget(self, key: int) -> None:
         with self._lock:
             self._cancelled.discard(key)
+            self._coroutines.pop(key, None)
 
     def is_cancelled(self, request: "InferenceRequest") -> bool:
         """The parent pushes cancellations to the stub, so asking costs no round trip."""

@@ -10,6 +10,7 @@ Three queues connect it to the parent (all in shm):
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import os
@@ -28,12 +29,15 @@ from stub import protocol as p
 from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
 from stub.calls import Calls
+from stub.context import CURRENT_KEYS
 from stub.model_loader import import_model_module, model_class
 from stub.responses import check_returned, response_msg
 from stub.runtime import StubRuntime
 from stub.tensors import input_tensors
 
 PARENT_CHECK_S = 0.5
+CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
+
 LOG_ERROR = 2
 
 
@@ -56,6 +60,7 @@ class Stub:
         self.module = None
         self.runtime: StubRuntime | None = None
         self.decoupled = False
+        self.cancel_coroutines = False
         self.async_loop = AsyncLoopThread(self.log_error)
         self.calls = Calls(self.send)
         self.bls = BlsClient(self)
@@ -159,6 +164,9 @@ class Stub:
     def on_init(self, args: dict, model_path: str, decoupled: bool) -> None:
         try:
             self.decoupled = decoupled
+            parameters = json.loads(args.get("model_config") or "{}").get("parameters", {})
+            self.cancel_coroutines = parameters.get(CANCEL_COROUTINES, {}).get(
+                "string_value", "").lower() in ("true", "yes", "1", "on")
             self.runtime = StubRuntime(self, decoupled)
             _runtime.set_runtime(self.runtime)
             self.model = self._model_class(model_path)()
@@ -174,11 +182,17 @@ class Stub:
         if frees:
             self._free(frees)
         built = [self._request(r) for r in requests]
+        keys = tuple(r._key for r in built)
+        context = CURRENT_KEYS.set(keys)
         try:
             returned = self.model.execute(built)
             if inspect.iscoroutine(returned):
+                returned = _on_behalf_of(keys, returned)
                 if self.decoupled:
-                    self.async_loop.submit(returned, lambda exc: self._abort(built, exc))
+                    future = self.async_loop.submit(returned,
+                                                    lambda exc: self._abort(built, exc))
+                    if self.cancel_coroutines:
+                        self.runtime.watch_coroutine(keys, future)
                     self.send((p.BATCH_DONE, batch_id, None))
                     return
                 returned = self.async_loop.submit(returned, lambda exc: None).result()
@@ -196,6 +210,8 @@ class Stub:
             kind = p.BATCH_DONE if self.decoupled else p.RESPONSES
             self.send((kind, batch_id, error) if self.decoupled else (kind, batch_id, error, ()))
             return
+        finally:
+            CURRENT_KEYS.reset(context)
         for req, resp in zip(built, responses):
             if resp is not None:
                 self.request_closed(req._key)
@@ -212,15 +228,19 @@ class Stub:
             model_name="", model_version=-1, key=key)
 
     def _abort(self, requests: list[InferenceRequest], exc: BaseException) -> None:
-        """A decoupled coroutine raised: close the requests it left open with the error
-        (Triton leaves them hanging; the client would wait forever)."""
-        message = f"Failed to process the request(s) for model '{self.instance_name}', " \
-                  f"message: {_describe(exc)}"
+        """A decoupled coroutine raised (or was cancelled): close the requests it left open
+        with the error (Triton leaves them hanging; the client would wait forever)."""
+        if isinstance(exc, asyncio.CancelledError):
+            code, message = TritonError.CANCELLED, "the request was cancelled"
+        else:
+            code = TritonError.INTERNAL
+            message = f"Failed to process the request(s) for model '{self.instance_name}', " \
+                      f"message: {_describe(exc)}"
         for req in requests:
             with self._open_lock:
                 still_open = req._key in self._open
             if still_open:
-                self.send((p.SEND, req._key, ((int(TritonError.INTERNAL), message), (), "{}"),
+                self.send((p.SEND, req._key, ((int(code), message), (), "{}"),
                            TRITONSERVER_RESPONSE_COMPLETE_FINAL))
                 self.request_closed(req._key)
 
@@ -239,6 +259,12 @@ class Stub:
         self.calls.fail_all(f"model instance '{self.instance_name}' is shutting down")
         self.pool.close()
         self.regions.close()
+
+
+async def _on_behalf_of(keys: tuple, coroutine):
+    """Run `coroutine` with CURRENT_KEYS set, in its task (child tasks inherit it)."""
+    CURRENT_KEYS.set(keys)
+    return await coroutine
 
 
 def _describe(exc: BaseException) -> str:

@@ -231,6 +231,7 @@ class ModelInstance:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
         if key in self._inflight and self._stub is not None and self._stub.alive():
             self._stub.send_control((p.CANCEL, key))
+            self._calls.cancel_on_behalf(self, key)
 
     def _on_messages(self, batch: list[tuple]) -> None:
         for message in batch:

@@ -199,7 +199,21 @@ class Model:
         self.stats.pending += 1
         assert self.scheduler is not None
         self.scheduler.submit(pending)
+        if request.timeout_us > 0:
+            asyncio.get_running_loop().call_later(request.timeout_us / 1e6, self._expire,
+                                                  pending)
         return pending
+
+    def _expire(self, pending: PendingRequest) -> None:
+        """The request's own timeout passed: a queued request fails with Triton's
+        "Request timeout expired"; a running one is cancelled (the model decides)."""
+        if pending.done or pending.cancelled:
+            return
+        if pending.instance is not None:
+            pending.instance.cancel(pending.key)
+        elif self.scheduler is not None and self.scheduler.remove(pending):
+            pending.deliver(self._error(pending, ServerError(
+                ErrorCode.UNAVAILABLE, "Request timeout expired")))
 
     def _copy_inputs(self, request: InferRequest, batch_size: int
                      ) -> tuple[tuple, list[Block]]:

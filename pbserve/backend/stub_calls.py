@@ -34,6 +34,8 @@ class StubCalls:
         self._tokens = itertools.count(1)
         self._held: dict[int, tuple["ModelInstance", InferResponse]] = {}
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
+        # (caller, call_id) -> keys of the caller's requests the call still serves
+        self._serving: dict[tuple[int, int], set[int]] = {}
         self._handlers: dict[str, Callable[..., Awaitable[None]]] = {"bls": self._bls}
 
     def handle(self, caller: "ModelInstance", call_id: int, op: str, args: tuple) -> None:
@@ -52,6 +54,15 @@ class StubCalls:
         if task is not None:
             task.cancel()
 
+    def cancel_on_behalf(self, caller: "ModelInstance", key: int) -> None:
+        """Request `key` of `caller` was cancelled: cancel the BLS calls made for it
+        (a call made for several requests goes once all of them are cancelled)."""
+        for (owner, call_id), keys in list(self._serving.items()):
+            if owner == id(caller) and key in keys:
+                keys.discard(key)
+                if not keys:
+                    self.cancel(caller, call_id)
+
     def release(self, token: int) -> None:
         held = self._held.pop(token, None)
         if held is not None:
@@ -68,7 +79,8 @@ class StubCalls:
     # -- BLS --------------------------------------------------------------------------
     async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
         (model_name, version, request_id, correlation_id, flags, params, timeout,
-         requested, descs, decoupled) = args
+         requested, descs, decoupled, on_behalf_of) = args
+        self._serving[(id(caller), call_id)] = set(on_behalf_of)
         request = InferRequest(
             model_name, version, request_id,
             inputs=[TensorData(d[0], d[1], tuple(d[2]), self._view(d[3], d[4], d[5]))
@@ -96,10 +108,15 @@ class StubCalls:
             else:
                 caller.reply(call_id, None, answer)
         except asyncio.CancelledError:
+            answer = (((int(ErrorCode.CANCELLED), f"BLS request to model '{model_name}' "
+                        f"was cancelled"), (), "{}"), NO_TOKEN)
             if decoupled:
-                caller.reply_item(call_id, None, True)
+                caller.reply_item(call_id, answer, True)
+            else:
+                caller.reply(call_id, None, answer)
             raise
         finally:
+            self._serving.pop((id(caller), call_id), None)
             if self_call:
                 caller.self_calls -= 1
 

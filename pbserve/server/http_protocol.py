@@ -124,9 +124,14 @@ class HttpConnection(asyncio.Protocol):
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """The client went away: what it was waiting for is cancelled (the backend drops
+        a queued request and tells a running model through `is_cancelled()`)."""
         self.closed = True
         self._connections.discard(self)
         self._wake_drain()
+        self._pending.clear()
+        if self._task is not None:
+            self._task.cancel()
 
     def pause_writing(self) -> None:
         if self._drained is None:
