@@ -1,0 +1,140 @@
+"""BLS (models calling models) and cancellation, through a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import np_to_triton_dtype
+
+from pbserve.testing import running_server
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "models" / "examples"
+TEST_MODELS = Path(__file__).resolve().parent / "models"
+
+
+def h_in(name: str, array: np.ndarray) -> httpclient.InferInput:
+    tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("bls") / "server.log"
+    with running_server(EXAMPLES, TEST_MODELS, log_path=log,
+                        ready_path="/v2/health/live") as srv:
+        yield srv
+
+
+def shm_bytes(server) -> int:
+    """Bytes of shared memory held under this server's names (its pools and queues)."""
+    prefix = f"pbserve-{server.pid}-"
+    total = 0
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(prefix):
+            total += os.stat(os.path.join("/dev/shm", name)).st_size
+    return total
+
+
+def wait_for_json(path: Path, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size:
+            time.sleep(0.05)
+            return json.loads(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was never written")
+
+
+def send_and_hang_up(server, model: str, marker: Path) -> None:
+    """An HTTP client that sends its request and goes away before the answer."""
+    body = json.dumps({"inputs": [{"name": "MARKER", "datatype": "BYTES", "shape": [1],
+                                   "data": [str(marker)]}]}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+        sock.sendall(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (model.encode(), len(body), body))
+        time.sleep(0.5)  # the model is running now
+
+
+def test_nested_bls_a_to_b_to_c(server):
+    x = np.arange(8, dtype=np.float32)
+    result = server.http_client().infer("bls_chain_a", [h_in("X", x)])
+    np.testing.assert_array_equal(result.as_numpy("Y"), x * 2 + 1)
+
+
+def test_async_decoupled_model_awaits_bls_calls(server):
+    x = np.arange(16, dtype=np.float32)
+    events: queue.Queue = queue.Queue()
+    client = server.grpc_client()
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    try:
+        tensor = grpcclient.InferInput("X", [16], "FP32")
+        tensor.set_data_from_numpy(x)
+        client.async_stream_infer("bls_async_stream", [tensor], request_id="r1")
+        sums = []
+        for _ in range(2):
+            result, error = events.get(timeout=20)
+            assert error is None, error
+            sums.append(result.as_numpy("SUM"))
+    finally:
+        client.stop_stream()
+    assert sorted(s[1] for s in sums) == [x[1] * 2, x[1] * 3]
+
+
+def test_model_calling_itself_with_no_free_instance_gets_a_deadlock_error(server):
+    result = server.http_client().infer("self_caller", [h_in("DEPTH", np.array([0], np.int32))])
+    text = result.as_numpy("ERROR")[0].decode()
+    assert "deadlock" in text and "self_caller" in text
+
+
+def test_a_thousand_bls_calls_leave_no_shared_memory_growth(server):
+    client = server.http_client()
+    x = np.ones(1024, dtype=np.float32)
+    for _ in range(50):
+        client.infer("bls_chain_a", [h_in("X", x)])
+    time.sleep(0.2)
+    before = shm_bytes(server)
+    for _ in range(1000):
+        client.infer("bls_chain_a", [h_in("X", x)])
+    time.sleep(0.2)
+    assert shm_bytes(server) == before
+
+
+def test_http_client_going_away_cancels_the_running_request(server, tmp_path):
+    marker = tmp_path / "http.json"
+    send_and_hang_up(server, "cancel_probe", marker)
+    seen = wait_for_json(marker)
+    assert seen == {"cancelled": True, "at_start": False, "sender": True}
+
+
+def test_cancelled_grpc_stream_reaches_the_model(server, tmp_path):
+    marker = tmp_path / "grpc.json"
+    client = server.grpc_client()
+    client.start_stream(callback=lambda result, error: None)
+    tensor = grpcclient.InferInput("MARKER", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([str(marker).encode()], dtype=np.object_))
+    client.async_stream_infer("cancel_probe", [tensor], request_id="c1")
+    time.sleep(0.5)
+    client.stop_stream(cancel_requests=True)
+    assert wait_for_json(marker)["cancelled"] is True
+
+
+def test_cancelling_a_request_cancels_its_bls_child(server, tmp_path):
+    marker = tmp_path / "child.json"
+    send_and_hang_up(server, "bls_cancel_parent", marker)
+    seen = wait_for_json(marker)
+    assert seen["cancelled"] is True and seen["at_start"] is False
+    # the parent model got the child's cancellation as a response and is free again
+    x = np.arange(4, dtype=np.float32)
+    server.http_client().infer("bls_chain_a", [h_in("X", x)])
