@@ -129,6 +129,7 @@ class BlsClient:
                 tensor = Tensor._from_numpy_view(name, base.reshape(shape), datatype)
                 if release is not None:
                     weakref.finalize(base, release.one_gone)
+                    self._stub.borrowed.register(base, region, offset, nbytes)
             tensors.append(tensor)
         return InferenceResponse._incoming(output_tensors=tensors, parameters_json=params)
 

@@ -6,6 +6,7 @@ from typing import Iterable
 
 from backend_utils.response import InferenceResponse
 from shm.pool import Pool
+from stub.borrowed import BorrowedBlocks
 from stub.tensors import output_desc
 
 
@@ -13,7 +14,8 @@ class ExecuteReturnError(Exception):
     """`execute` returned something Triton refuses; the whole batch fails with it."""
 
 
-def response_msg(response: InferenceResponse, requested: Iterable[str], pool: Pool) -> tuple:
+def response_msg(response: InferenceResponse, requested: Iterable[str], pool: Pool,
+                 borrowed: BorrowedBlocks | None = None) -> tuple:
     """(error, outputs, parameters_json); outputs pruned to the requested names."""
     if not isinstance(response, InferenceResponse):
         raise ExecuteReturnError(
@@ -23,7 +25,7 @@ def response_msg(response: InferenceResponse, requested: Iterable[str], pool: Po
     if error is not None:
         return ((int(error.code()), error.message()), (), response.parameters())
     wanted = set(requested)
-    outputs = tuple(output_desc(t, pool) for t in response.output_tensors()
+    outputs = tuple(output_desc(t, pool, borrowed) for t in response.output_tensors()
                     if not wanted or t.name() in wanted)
     return (None, outputs, response.parameters())
 

@@ -38,7 +38,8 @@ class StubRuntime:
         key = request._key
         msg = None
         if response is not None:
-            msg = response_msg(response, request.requested_output_names(), self._stub.pool)
+            msg = response_msg(response, request.requested_output_names(), self._stub.pool,
+                               self._stub.borrowed)
         self._stub.send((p.SEND, key, msg, int(flags)))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._stub.request_closed(key)

@@ -28,6 +28,7 @@ from shm.queue import MessageQueue
 from stub import protocol as p
 from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
+from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.context import CURRENT_KEYS
 from stub.model_loader import import_model_module, model_class
@@ -63,6 +64,7 @@ class Stub:
         self.cancel_coroutines = False
         self.async_loop = AsyncLoopThread(self.log_error)
         self.calls = Calls(self.send)
+        self.borrowed = BorrowedBlocks()
         self.bls = BlsClient(self)
         self._open: set[int] = set()
         self._open_lock = threading.Lock()
@@ -129,6 +131,8 @@ class Stub:
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:
+            if self.borrowed.give_back(region, offset):
+                continue
             try:
                 self.pool.free(region, offset)
             except ValueError as err:
@@ -201,7 +205,8 @@ class Stub:
                 self.send((p.BATCH_DONE, batch_id, None))
                 return
             msgs = tuple((req._key, None if resp is None else
-                          response_msg(resp, req.requested_output_names(), self.pool))
+                          response_msg(resp, req.requested_output_names(), self.pool,
+                                       self.borrowed))
                          for req, resp in zip(built, responses))
         except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
             error = (f"Failed to process the request(s) for model '{self.instance_name}', "

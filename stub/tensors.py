@@ -7,6 +7,7 @@ import numpy as np
 from backend_utils.tensor import Tensor
 from shm.pool import Pool, RegionMap
 from shm.tensor import TensorDesc
+from stub.borrowed import BorrowedBlocks
 
 
 def input_tensors(descs: tuple, regions: RegionMap) -> list[Tensor]:
@@ -21,8 +22,14 @@ def input_tensors(descs: tuple, regions: RegionMap) -> list[Tensor]:
     return tensors
 
 
-def output_desc(tensor: Tensor, pool: Pool) -> tuple:
-    """Copy one output into the stub's pool; its descriptor as a plain tuple."""
+def output_desc(tensor: Tensor, pool: Pool, borrowed: BorrowedBlocks | None = None) -> tuple:
+    """Copy one output into the stub's pool (or name the BLS output block it already
+    is, see stub/borrowed.py); its descriptor as a plain tuple."""
+    shape = tuple(int(d) for d in tensor.shape())
+    if borrowed is not None and tensor.is_cpu() and tensor._triton_datatype_name() != "BYTES":
+        location = borrowed.lend(tensor._array)
+        if location is not None:
+            return (tensor.name(), tensor._triton_datatype_name(), shape, *location)
     raw = tensor._raw_bytes()
     if raw.format != "B" or raw.ndim != 1:
         raw = raw.cast("B")
@@ -30,11 +37,6 @@ def output_desc(tensor: Tensor, pool: Pool) -> tuple:
     if raw.nbytes:
         dst = np.frombuffer(pool.view(block), dtype=np.uint8)
         dst[:] = np.frombuffer(raw, dtype=np.uint8)
-    shape = tuple(int(d) for d in tensor.shape())
     return tuple(TensorDesc(tensor.name(), tensor._triton_datatype_name(), shape,
                             block.region, block.offset, raw.nbytes))
 
-
-def free_descs(descs: tuple, pool: Pool) -> None:
-    for desc in descs:
-        pool.free(desc[3], desc[4])

@@ -1,0 +1,61 @@
+"""Blocks of other stubs' pools that this stub views: the outputs of its BLS calls.
+
+A model that returns a BLS output as its own output (a pipeline stage handing a tensor
+on) should not copy it: `lend` finds the block behind such an array, and the response
+names that block instead of a copy. The block stays alive (this stub keeps the array,
+so the BLS token is not released) until the parent gives it back with RELEASE.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+
+class BorrowedBlocks:
+    def __init__(self) -> None:
+        self._live: dict[int, tuple[weakref.ref, tuple[str, int, int]]] = {}
+        self._lent: dict[tuple[str, int], list] = {}
+        self._lock = threading.Lock()
+
+    def register(self, base: np.ndarray, region: str, offset: int, nbytes: int) -> None:
+        """`base` is a view of the whole block (region, offset, nbytes)."""
+        if nbytes == 0:
+            return
+        pointer = base.ctypes.data
+        with self._lock:
+            self._live[pointer] = (weakref.ref(base), (region, offset, nbytes))
+        weakref.finalize(base, self._forget, pointer)
+
+    def _forget(self, pointer: int) -> None:
+        with self._lock:
+            entry = self._live.get(pointer)
+            if entry is not None and entry[0]() is None:
+                del self._live[pointer]
+
+    def lend(self, array: np.ndarray) -> tuple[str, int, int] | None:
+        """The block `array` covers exactly, now lent to a response; None if none."""
+        if array.nbytes == 0 or not array.flags.c_contiguous:
+            return None
+        with self._lock:
+            entry = self._live.get(array.ctypes.data)
+            base = entry[0]() if entry is not None else None
+            if base is None or base.nbytes != array.nbytes:
+                return None
+            location = entry[1]
+            lent = self._lent.setdefault(location[:2], [base, 0])
+            lent[1] += 1
+        return location
+
+    def give_back(self, region: str, offset: int) -> bool:
+        """The parent released a lent block; False if it was not lent (our own block)."""
+        with self._lock:
+            lent = self._lent.get((region, offset))
+            if lent is None:
+                return False
+            lent[1] -= 1
+            if lent[1] == 0:
+                del self._lent[(region, offset)]
+        return True
