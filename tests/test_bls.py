@@ -156,3 +156,45 @@ def test_bls_outputs_handed_on_untouched_are_correct_and_freed(server):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT_FP32"), x)
     time.sleep(0.2)
     assert shm_bytes(server) == before
+
+
+def test_bls_pipeline_example_preprocesses_calls_two_models_and_merges(server):
+    x = np.arange(16, dtype=np.float32)
+    result = server.http_client().infer("bls_pipeline", [h_in("INPUT", x)])
+    np.testing.assert_allclose(result.as_numpy("OUTPUT"), 3 * (x - x.mean()))
+
+
+def test_bls_stream_sum_example_streams_running_totals(server):
+    events: queue.Queue = queue.Queue()
+    client = server.grpc_client()
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    try:
+        tensor = grpcclient.InferInput("IN", [4], "INT32")
+        tensor.set_data_from_numpy(np.array([4, 2, 1, 3], dtype=np.int32))
+        client.async_stream_infer("bls_stream_sum", [tensor], request_id="s",
+                                  enable_empty_final_response=True)
+        totals = []
+        while True:
+            result, error = events.get(timeout=20)
+            assert error is None, error
+            if result.as_numpy("TOTAL") is not None:
+                totals.append(int(result.as_numpy("TOTAL")[0]))
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+    finally:
+        client.stop_stream()
+    assert totals == [4, 6, 7, 10]
+
+
+def test_opted_in_coroutine_is_cancelled_with_its_request(server, tmp_path):
+    marker = tmp_path / "coroutine.json"
+    events: queue.Queue = queue.Queue()
+    client = server.grpc_client()
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    tensor = grpcclient.InferInput("MARKER", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([str(marker).encode()], dtype=np.object_))
+    client.async_stream_infer("cancel_coroutine", [tensor], request_id="co")
+    result, error = events.get(timeout=20)
+    assert error is None and result.as_numpy("STARTED")[0]
+    client.stop_stream(cancel_requests=True)
+    assert wait_for_json(marker) == {"coroutine": "cancelled"}
