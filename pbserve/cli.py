@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
@@ -35,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--allow-http", type=_bool, default=True)
     add("--allow-grpc", type=_bool, default=True)
     add("--allow-metrics", type=_bool, default=True)
-    add("--model-control-mode", choices=["none", "explicit"], default="none")
+    add("--model-control-mode", choices=["none", "explicit", "poll"], default="none")
+    add("--repository-poll-secs", type=float, default=15.0,
+        help="poll mode: seconds between two looks at the repositories")
+    add("--model-config-defaults", default=None,
+        help="pbserve: a partial config.pbtxt whose fields every model gets unless it "
+             "sets them (see docs/configuration.md)")
     add("--load-model", action="append", default=[],
         help="model to load at start-up in explicit mode (repeatable, '*' for all)")
     add("--log-verbose", type=int, default=0)
@@ -45,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--exit-timeout-secs", type=int, default=30)
     add("--strict-readiness", type=_bool, default=True)
     add("--backend-config", action="append", default=[],
-        help="<backend>,<setting>=<value>; accepted for compatibility")
+        help="<backend>,<setting>=<value>: python,default-max-batch-size=N is used; "
+             "other settings are accepted and ignored")
     add("--backend-directory", default=None, help="accepted for compatibility; unused")
     add("--disable-auto-complete-config", action="store_true")
     return parser
@@ -63,7 +70,10 @@ async def serve(args: argparse.Namespace) -> int:
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
-                           auto_complete=not args.disable_auto_complete_config)
+                           auto_complete=not args.disable_auto_complete_config,
+                           config_sources=ConfigSources.from_files(
+                               args.model_config_defaults, args.backend_config),
+                           poll_secs=args.repository_poll_secs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

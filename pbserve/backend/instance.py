@@ -24,6 +24,8 @@ FINALIZE_TIMEOUT_S = 30.0
 RELEASE_DELAY_S = 0.005
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
+RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
+                          "while the model is not configured to handle such a flag.")
 
 
 class InstanceState(enum.Enum):
@@ -41,7 +43,8 @@ class ModelInstance:
                  init_args: dict[str, str], decoupled: bool, regions: RegionMap,
                  on_idle: Callable[["ModelInstance"], None],
                  on_batch_done: Callable[[list[PendingRequest]], None],
-                 model_log: logging.Logger, calls: "StubCalls") -> None:
+                 model_log: logging.Logger, calls: "StubCalls",
+                 python: str | None = None) -> None:
         self.model_name = model_name
         self.model_version = model_version
         self.name = name
@@ -53,8 +56,10 @@ class ModelInstance:
         self.restarts = 0
         self.self_calls = 0  # BLS calls in flight from this instance to its own model
         self._calls = calls
+        self._python = python  # the stub's interpreter (EXECUTION_ENV_PATH), None: ours
         self._regions = regions
         self._on_idle = on_idle
+        self._on_reschedule: Callable[[PendingRequest], None] | None = None
         self._on_batch_done = on_batch_done
         self._model_log = model_log
         self._stub: StubProcess | None = None
@@ -66,12 +71,21 @@ class ModelInstance:
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
 
-    def set_on_idle(self, on_idle: Callable[["ModelInstance"], None]) -> None:
+    def set_on_idle(self, on_idle: Callable[["ModelInstance"], None],
+                    on_reschedule: Callable[[PendingRequest], None] | None = None) -> None:
+        """`on_reschedule(pending)`: the model released the request with RESCHEDULE;
+        it is no longer in flight here (called before `on_idle` for its batch)."""
         self._on_idle = on_idle
+        self._on_reschedule = on_reschedule
 
     @property
     def pid(self) -> int | None:
         return self._stub.pid if self._stub else None
+
+    @property
+    def inflight(self) -> int:
+        """Requests sent to the stub that have not had their final response."""
+        return len(self._inflight)
 
     @property
     def ready(self) -> bool:
@@ -98,7 +112,8 @@ class ModelInstance:
     async def launch(self) -> None:
         """Start the stub process and wait for its handshake (no model code runs yet)."""
         self.state = InstanceState.STARTING
-        self._stub = StubProcess(self.name, self._loop, self._on_messages, self._on_exit)
+        self._stub = StubProcess(self.name, self._loop, self._on_messages, self._on_exit,
+                                 python=self._python)
         try:
             await self._expect(p.READY, "start")
         except BaseException:
@@ -237,11 +252,11 @@ class ModelInstance:
         for message in batch:
             kind = message[0]
             if kind == p.RESPONSES:
-                self._on_responses(message[1], message[2], message[3])
+                self._on_responses(message[1], message[2], message[3], message[4])
             elif kind == p.SEND:
                 self._on_send(message[1], message[2], message[3])
             elif kind == p.BATCH_DONE:
-                self._on_batch_end(message[1], message[2])
+                self._on_batch_end(message[1], message[2], message[3])
             elif kind == p.LOG:
                 self._on_log(message[1], message[2], message[3], message[4])
             elif kind == p.CALL:
@@ -250,16 +265,19 @@ class ModelInstance:
                 self._calls.release(message[1])
             elif kind == p.CALL_CANCEL:
                 self._calls.cancel(self, message[1])
+            elif kind == p.NOTIFY:
+                self._calls.notify(self, message[1], message[2])
             elif self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(message)
 
-    def _on_responses(self, batch_id: int, error: str | None, responses: tuple) -> None:
+    def _on_responses(self, batch_id: int, error: str | None, responses: tuple,
+                      rescheduled: tuple) -> None:
         for key, msg in responses:
             pending = self._inflight.get(key)
             if pending is not None and msg is not None:
                 del self._inflight[key]
                 pending.deliver(self._response(pending, msg, True))
-        self._on_batch_end(batch_id, error)
+        self._on_batch_end(batch_id, error, rescheduled)
 
     def _on_send(self, key: int, msg: tuple | None, flags: int) -> None:
         final = bool(flags & FINAL)
@@ -274,16 +292,37 @@ class ModelInstance:
         else:
             pending.deliver(self._response(pending, msg, final))
 
-    def _on_batch_end(self, batch_id: int, error: str | None) -> None:
+    def _on_batch_end(self, batch_id: int, error: str | None, rescheduled: tuple) -> None:
         batch = self._batches.pop(batch_id, [])
         if error is not None:
             for pending in batch:
                 if self._inflight.pop(pending.key, None) is not None:
                     pending.deliver(self._error_response(pending, internal(error)))
+        for key in rescheduled:
+            self._reschedule(key)
         self._on_batch_done(batch)
         self.busy = False
         if self.state is InstanceState.READY:
             self._on_idle(self)
+
+    def _reschedule(self, key: int) -> None:
+        """RESCHEDULE: the request goes back to the scheduler instead of completing."""
+        pending = self._inflight.pop(key, None)
+        if pending is None:
+            return
+        pending.instance = None
+        if self._on_reschedule is not None:
+            self._on_reschedule(pending)
+        else:
+            pending.deliver(self._error_response(
+                pending, ServerError(ErrorCode.INVALID_ARG, RESCHEDULE_UNSUPPORTED)))
+
+    def sequence_terminated(self, correlation_id: int | str, reason: str) -> None:
+        """pbserve's eviction notice: a sequence this instance held ended without END.
+        On the main queue, so the model sees it after what it was running."""
+        if self.state is InstanceState.READY and self._stub is not None \
+                and self._stub.alive():
+            self._stub.send((p.SEQUENCE_TERMINATED, correlation_id, reason))
 
     def _on_log(self, level: int, message: str, filename: str, line: int) -> None:
         where = f"{filename}:{line}" if line else filename

@@ -3,7 +3,8 @@
 It implements `pbserve.backend.api.InferenceCore` for the frontends. Model control
 follows tritonserver's `--model-control-mode`: `none` loads every model at start and
 refuses the load/unload API; `explicit` loads the `--load-model` names (`*` = all) and
-lets the API load and unload.
+lets the API load and unload; `poll` loads every model at start and then follows the
+repositories' files (repository_poller.py). Config precedence: config_sources.py.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Any, AsyncIterator
 from pbserve import __version__
 from pbserve.backend import metrics
 from pbserve.backend.model import Model
-from pbserve.backend.model_config import (
-    complete_defaults, config_from_json, config_to_dict,
-    model_metadata, read_model_config)
+from pbserve.backend.config_sources import ConfigSources
+from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import find_model, scan_repositories, served_versions
+from pbserve.backend.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
@@ -44,6 +45,7 @@ class ModelEntry:
     reason: str = ""
     versions: dict[str, Model] = field(default_factory=dict)
     failed: bool = False
+    fingerprint: tuple = ()  # of its files at the last load attempt (poll mode)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -55,17 +57,24 @@ class ModelEntry:
 
 class ModelManager:
     def __init__(self, repositories: list[Path], control_mode: str = "none",
-                 startup_models: list[str] | None = None, auto_complete: bool = True) -> None:
-        if control_mode not in ("none", "explicit"):
+                 startup_models: list[str] | None = None, auto_complete: bool = True,
+                 config_sources: ConfigSources | None = None, poll_secs: float = 15.0
+                 ) -> None:
+        if control_mode not in ("none", "explicit", "poll"):
             raise invalid_arg(f"unsupported model control mode '{control_mode}'")
         self.repositories = [Path(r).resolve() for r in repositories]
         self.control_mode = control_mode
         self.startup_models = list(startup_models or [])
         self.auto_complete = auto_complete
+        self.config_sources = config_sources or ConfigSources()
+        self._poller = RepositoryPoller(
+            self.repositories, poll_secs, self._poll_load, self._poll_unload,
+            lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint}
+        ) if control_mode == "poll" else None
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
-        self._calls = StubCalls(self.model, self._regions.view)
+        self._calls = StubCalls(self.model, self._regions.view, self)
         self._live = False
 
     # -- server lifecycle -------------------------------------------------------------
@@ -79,6 +88,8 @@ class ModelManager:
         names = self._startup_names()
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
         await asyncio.gather(*(self._load(n) for n in names), return_exceptions=True)
+        if self._poller is not None:
+            self._poller.start()
 
     def _startup_names(self) -> list[str]:
         scanned = scan_repositories(self.repositories)
@@ -86,13 +97,15 @@ class ModelManager:
             entry = self._entry(name)
             entry.failed = True
             entry.reason = "failed to poll from model repository: model is not unique"
-        if self.control_mode == "none" or "*" in self.startup_models:
+        if self.control_mode != "explicit" or "*" in self.startup_models:
             return list(scanned.models)
         return list(dict.fromkeys(self.startup_models))
 
     async def stop(self) -> None:
         """Unload every model (finalize runs), then remove the parent's shm."""
         self._live = False
+        if self._poller is not None:
+            await self._poller.stop()
         await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
                              return_exceptions=True)
         if self._pool is not None:
@@ -147,7 +160,7 @@ class ModelManager:
 
     def metrics_text(self) -> str:
         stats = [m.stats for e in self._entries.values() for m in e.versions.values()]
-        return metrics.render(stats)
+        return metrics.render(stats) + self._calls.custom_metrics.render()
 
     # -- InferenceCore: inference ------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -175,12 +188,7 @@ class ModelManager:
     # -- InferenceCore: repository control -----------------------------------------------
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
-        if self.control_mode != "explicit":
-            raise ServerError(ErrorCode.UNAVAILABLE,
-                              "explicit model load / unload is not allowed if polling is "
-                              "enabled" if self.control_mode == "poll" else
-                              "explicit model load / unload is not allowed if model control "
-                              "mode is not EXPLICIT")
+        self._check_explicit()
         if files:
             raise ServerError(ErrorCode.UNSUPPORTED,
                               f"failed to load '{name}': loading with files is not "
@@ -188,13 +196,19 @@ class ModelManager:
         await self._load(name, config)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        if self.control_mode != "explicit":
-            raise ServerError(ErrorCode.UNAVAILABLE,
-                              "explicit model load / unload is not allowed if model control "
-                              "mode is not EXPLICIT")
+        self._check_explicit()
         entry = self._entries.get(name)
         if entry is not None:
             await self._unload(entry)
+
+    def _check_explicit(self) -> None:
+        """Triton's refusals of the repository API outside explicit mode."""
+        if self.control_mode == "poll":
+            raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
+                              "allowed if polling is enabled")
+        if self.control_mode != "explicit":
+            raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
+                              "allowed if model control mode is not EXPLICIT")
 
     def _entry(self, name: str) -> ModelEntry:
         entry = self._entries.get(name)
@@ -203,31 +217,55 @@ class ModelManager:
         return entry
 
     async def _load(self, name: str, config_override: str | None = None) -> None:
-        """(Re)load every served version of `name`; on failure the model stays in the
+        """(Re)load every served version of `name`. A reload starts the new instances
+        beside the old ones, swaps, then unloads the old (after their in-flight work).
+        On failure a model that was serving keeps serving; one that was not stays in the
         index as UNAVAILABLE with the error as its reason."""
         entry = self._entry(name)
         async with entry.lock:
-            if entry.versions:
-                await self._unload_versions(entry)
-            entry.state, entry.reason, entry.failed = LOADING, "", False
+            old = entry.versions
+            if not old:
+                entry.state, entry.reason, entry.failed = LOADING, "", False
+            source = self._source_path(name)
+            entry.fingerprint = fingerprint(source) if source is not None else ()
             try:
                 entry.versions = await self._load_versions(name, config_override)
             except Exception as err:  # noqa: BLE001 - a load never takes the server down
                 message = err.message if isinstance(err, ServerError) else \
                     f"failed to load '{name}': {err}"
-                entry.state, entry.failed, entry.reason = UNAVAILABLE, True, message
+                entry.reason = message
+                if not old:
+                    entry.state, entry.failed = UNAVAILABLE, True
                 log.error("%s", message)
                 raise ServerError(ErrorCode.INVALID_ARG, message) from None
-            entry.state = READY
+            entry.state, entry.reason, entry.failed = READY, "", False
             log.info("successfully loaded '%s'", name)
+            if old:
+                await asyncio.gather(*(m.unload() for m in old.values()),
+                                     return_exceptions=True)
+
+    def _source_path(self, name: str) -> Path | None:
+        for repository in self.repositories:
+            if (repository / name).is_dir():
+                return repository / name
+        return None
+
+    async def _poll_load(self, name: str) -> None:
+        try:
+            await self._load(name)
+        except ServerError:
+            pass  # logged, and in the index; tried again when its files change
+
+    async def _poll_unload(self, name: str) -> None:
+        entry = self._entries.get(name)
+        if entry is not None:
+            await self._unload(entry)
+            entry.fingerprint = ()
 
     async def _load_versions(self, name: str, config_override: str | None
                              ) -> dict[str, Model]:
         source = find_model(self.repositories, name)
-        if config_override:
-            cfg = config_from_json(config_override)
-        else:
-            cfg = read_model_config(source.path)
+        cfg = self.config_sources.config(source.path, config_override)
         cfg = complete_defaults(cfg, name, source.path, check_io=False)
         versions = served_versions(cfg, source.path)
         assert self._pool is not None

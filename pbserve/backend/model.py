@@ -12,12 +12,14 @@ from typing import AsyncIterator
 
 import numpy as np
 
+from pbserve.backend.execution_env import stub_python
 from pbserve.backend.instance import InstanceState, ModelInstance
 from pbserve.backend.metrics import ModelStats
 from pbserve.backend.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduler import Scheduler
+from pbserve.backend.sequence_batcher import SequenceBatcher
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.validation import RequestValidator
@@ -42,9 +44,10 @@ class Model:
         self._pool = pool
         self._regions = regions
         self._calls = calls
+        self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._validator: RequestValidator | None = None
         self._log = logging.getLogger(f"pbserve.model.{name}")
-        self.scheduler: Scheduler | None = None
+        self.scheduler: Scheduler | SequenceBatcher | None = None
         self.instances: list[ModelInstance] = []
 
     @property
@@ -59,6 +62,7 @@ class Model:
     async def load(self, auto_complete: bool = True) -> None:
         """Run auto-complete in the first instance's stub, then start every instance
         (in parallel); if one fails, stop the others and raise."""
+        self._python = await asyncio.to_thread(stub_python, self.cfg, self.model_dir)
         self._create_instances()
         try:
             first = self.instances[0]
@@ -78,7 +82,7 @@ class Model:
             raise errors[0]
 
     def _create_instances(self) -> None:
-        self.scheduler = Scheduler(self.cfg)
+        self.scheduler = self._new_scheduler(self.cfg)
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
             for i in range(max(group.count, 1)):
@@ -98,7 +102,7 @@ class Model:
                     model_path=str(self.model_path), init_args=args,
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
-                    model_log=self._log, calls=self._calls))
+                    model_log=self._log, calls=self._calls, python=self._python))
         self.scheduler.instances = self.instances
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
@@ -106,13 +110,20 @@ class Model:
         self.cfg = cfg
         self.decoupled = is_decoupled(cfg)
         self._validator = RequestValidator(cfg)
-        self.scheduler = Scheduler(cfg)
+        self.scheduler = self._new_scheduler(cfg)
         self.scheduler.instances = self.instances
         config_json = config_to_json(cfg)
         for instance in self.instances:
             instance.init_args["model_config"] = config_json
             instance.decoupled = self.decoupled
-            instance.set_on_idle(self.scheduler.on_idle)
+            instance.set_on_idle(self.scheduler.on_idle, self.scheduler.reschedule)
+
+    def _new_scheduler(self, cfg: mc.ModelConfig) -> Scheduler | SequenceBatcher:
+        """Triton's choice: the sequence batcher when configured, else the dynamic
+        batcher or the default scheduler."""
+        if cfg.HasField("sequence_batching"):
+            return SequenceBatcher(cfg, self.add_control_tensor)
+        return Scheduler(cfg)
 
     async def unload(self) -> None:
         """Fail what is queued, finalize every instance (their in-flight work first)."""
@@ -125,8 +136,12 @@ class Model:
         self.instances = []
 
     async def _wait_idle(self, timeout: float = 30.0) -> None:
+        """Wait (bounded) until no instance runs a batch or owes a response. Streams of a
+        decoupled model are not waited for: `finalize` ends them (the requests get an
+        error), as a stream may run for as long as its client likes."""
         deadline = time.monotonic() + timeout
-        while any(i.busy for i in self.instances) and time.monotonic() < deadline:
+        while any(i.busy or (i.inflight and not self.decoupled) for i in self.instances) \
+                and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
     # -- requests ---------------------------------------------------------------------
@@ -191,7 +206,9 @@ class Model:
             blocks = []
         key = next(_keys)
         params = json.dumps(request.parameters) if request.parameters else "{}"
-        requested = tuple(request.requested_outputs) if request.requested_outputs else None
+        # None asked for means every output of the config (Triton's Normalize): the model
+        # sees them as requested, and an output it returns that is not one is dropped.
+        requested = tuple(request.requested_outputs or (o.name for o in self.cfg.output))
         msg = (key, request.id, request.correlation_id, request.flags, params,
                request.timeout_us, requested, descs)
         pending = PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
@@ -235,6 +252,15 @@ class Model:
             self._free_blocks(blocks)
             raise
         return tuple(descs), blocks
+
+    def add_control_tensor(self, pending: PendingRequest, name: str, datatype: str,
+                           shape: tuple[int, ...], data: bytes) -> tuple:
+        """A tensor the scheduler adds to a request (sequence controls), in the parent's
+        pool; its block is freed with the request's inputs. Its descriptor."""
+        block = self._pool.alloc(len(data))
+        pending.blocks.append(block)
+        self._pool.view(block)[:len(data)] = data
+        return (name, datatype, shape, block.region, block.offset, len(data))
 
     def _free_blocks(self, blocks: list[Block]) -> None:
         for block in blocks:
