@@ -30,19 +30,24 @@ CANCEL = 5        # control queue: (CANCEL, key)
 AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json)
 REPLY = 7         # control queue: (REPLY, call_id, error: str | None, value)
 STREAM_ITEM = 8   # control queue: (STREAM_ITEM, call_id, value, final: bool)
+SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reason: str)
+#   the model's optional `sequence_terminated(correlation_id, reason)`; no answer
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
 INIT_DONE = 102   # (INIT_DONE, error: str | None)
-RESPONSES = 103   # (RESPONSES, batch_id, error: str | None, responses: tuple[(key, ResponseMsg | None)])
+RESPONSES = 103   # (RESPONSES, batch_id, error: str | None, responses: tuple[(key, ResponseMsg | None)],
+#                    rescheduled: tuple[key]): keys released with RESCHEDULE (not complete)
 SEND = 104        # (SEND, key, response: ResponseMsg | None, flags)
-BATCH_DONE = 105  # (BATCH_DONE, batch_id, error: str | None)  decoupled execute returned
+BATCH_DONE = 105  # (BATCH_DONE, batch_id, error: str | None, rescheduled: tuple[key])
+#                    decoupled execute returned
 LOG = 106         # (LOG, level, message, filename, line)
 FINALIZED = 107   # (FINALIZED,)
 AUTO_COMPLETED = 108  # (AUTO_COMPLETED, error: str | None, config_json: str | None)
 CALL = 109        # (CALL, call_id, op, args): the stub asks, the parent answers (stub/calls.py)
 CALL_CANCEL = 110  # (CALL_CANCEL, call_id): the stub no longer wants a streamed call
 BLS_RELEASE = 111  # (BLS_RELEASE, token): the outputs of a BLS response are no longer used
+NOTIFY = 112      # (NOTIFY, op, args): a CALL that wants no answer (metric deletes)
 
 # RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
 #               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc])

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import TYPE_CHECKING
 
 from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL
-from backend_utils.error import TritonModelException
 from stub import protocol as p
 from stub.responses import response_msg
 
@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from backend_utils.request import InferenceRequest
     from backend_utils.response import InferenceResponse
     from stub.stub import Stub
-
-_LATER = "is not supported by this version of pbserve yet"
 
 
 class StubRuntime:
@@ -27,6 +25,8 @@ class StubRuntime:
         self._cancelled: set[int] = set()
         self._coroutines: dict[int, tuple] = {}
         self._lock = threading.Lock()
+        self._notices: deque[tuple] = deque()  # NOTIFYs from finalisers, not yet sent
+        self._notices_lock = threading.Lock()
 
     # -- logging ----------------------------------------------------------------------
     def log(self, level: int, message: str, filename: str, line: int) -> None:
@@ -82,7 +82,7 @@ class StubRuntime:
         with self._lock:
             return request._key in self._cancelled
 
-    # -- later issues -----------------------------------------------------------------
+    # -- BLS --------------------------------------------------------------------------
     def bls_exec(self, request: "InferenceRequest", decoupled: bool):
         return self._stub.bls.exec(request, decoupled)
 
@@ -90,26 +90,55 @@ class StubRuntime:
         """pbserve's addition: `async_exec` waits on the loop instead of a thread."""
         return await self._stub.bls.async_exec(request, decoupled)
 
+    # -- custom metrics: calls to the parent, which keeps them --------------------------
     def metric_family_new(self, family) -> None:
-        raise TritonModelException(f"custom metrics {_LATER}")
+        self._send_notices()
+        self._stub.calls.call("metric_family_new", family.id, family.name,
+                              family.description, int(family.kind))
 
     def metric_family_delete(self, family) -> None:
-        pass
+        self._notice("metric_family_delete", family.id)
 
     def metric_new(self, metric) -> None:
-        raise TritonModelException(f"custom metrics {_LATER}")
+        self._send_notices()
+        self._stub.calls.call("metric_new", metric.id, metric.family_id, metric.labels,
+                              metric.buckets)
 
     def metric_delete(self, metric) -> None:
-        pass
+        self._notice("metric_delete", metric.id)
 
     def metric_op(self, metric, op, value) -> float:
-        raise TritonModelException(f"custom metrics {_LATER}")
+        self._send_notices()
+        return float(self._stub.calls.call("metric_op", metric.id, op, float(value)))
 
+    def _notice(self, op: str, *args) -> None:
+        """From a finaliser, so it must neither block nor raise: queue a NOTIFY and send
+        what is queued unless a send is under way (maybe in this very thread, which the
+        garbage collector interrupted); then the next metric call or delete sends it."""
+        self._notices.append((p.NOTIFY, op, args))
+        self._send_notices()
+
+    def _send_notices(self) -> None:
+        if not self._notices:
+            return
+        sending = getattr(self._stub.up_q, "_put_lock", None)
+        if (sending is not None and sending.locked()) or \
+                not self._notices_lock.acquire(blocking=False):
+            return
+        try:
+            while self._notices:
+                self._stub.send(self._notices.popleft())
+        except Exception:  # noqa: BLE001 - the stub is closing: the parent forgets it all
+            self._notices.clear()
+        finally:
+            self._notices_lock.release()
+
+    # -- model control: calls the parent answers with its model manager ----------------
     def load_model(self, name, config, files) -> None:
-        raise TritonModelException(f"load_model {_LATER}")
+        self._stub.calls.call("load_model", name, config, files)
 
     def unload_model(self, name, unload_dependents) -> None:
-        raise TritonModelException(f"unload_model {_LATER}")
+        self._stub.calls.call("unload_model", name, bool(unload_dependents))
 
     def is_model_ready(self, name, version) -> bool:
-        raise TritonModelException(f"is_model_ready {_LATER}")
+        return bool(self._stub.calls.call("is_model_ready", name, version))

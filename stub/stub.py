@@ -20,7 +20,8 @@ import traceback
 import backend_utils
 import triton_python_backend_utils
 from backend_utils import _runtime
-from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL
+from backend_utils.constants import (
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 from backend_utils.error import TritonError
 from backend_utils.request import InferenceRequest
 from shm.pool import Pool, RegionMap
@@ -32,7 +33,7 @@ from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.context import CURRENT_KEYS
 from stub.model_loader import import_model_module, model_class
-from stub.responses import check_returned, response_msg
+from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
 from stub.tensors import input_tensors
 
@@ -110,6 +111,8 @@ class Stub:
                     self.on_auto_complete(*message[1:])
                 elif kind == p.FINALIZE:
                     self.on_finalize()
+                elif kind == p.SEQUENCE_TERMINATED:
+                    self.on_sequence_terminated(message[1], message[2])
         finally:
             self.close()
 
@@ -197,12 +200,13 @@ class Stub:
                                                     lambda exc: self._abort(built, exc))
                     if self.cancel_coroutines:
                         self.runtime.watch_coroutine(keys, future)
-                    self.send((p.BATCH_DONE, batch_id, None))
+                    self.send((p.BATCH_DONE, batch_id, None, ()))
                     return
                 returned = self.async_loop.submit(returned, lambda exc: None).result()
             responses = check_returned(returned, len(built), self.decoupled)
+            rescheduled = _rescheduled(built, responses)
             if self.decoupled:
-                self.send((p.BATCH_DONE, batch_id, None))
+                self.send((p.BATCH_DONE, batch_id, None, rescheduled))
                 return
             msgs = tuple((req._key, None if resp is None else
                           response_msg(resp, req.requested_output_names(), self.pool,
@@ -213,14 +217,15 @@ class Stub:
                      f"message: {_describe(exc)}")
             self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
             kind = p.BATCH_DONE if self.decoupled else p.RESPONSES
-            self.send((kind, batch_id, error) if self.decoupled else (kind, batch_id, error, ()))
+            self.send((kind, batch_id, error, ()) if self.decoupled
+                      else (kind, batch_id, error, (), ()))
             return
         finally:
             CURRENT_KEYS.reset(context)
         for req, resp in zip(built, responses):
             if resp is not None:
                 self.request_closed(req._key)
-        self.send((p.RESPONSES, batch_id, None, msgs))
+        self.send((p.RESPONSES, batch_id, None, msgs, rescheduled))
 
     def _request(self, msg: tuple) -> InferenceRequest:
         key, request_id, correlation_id, flags, params, timeout, requested, inputs = msg
@@ -249,6 +254,21 @@ class Stub:
                            TRITONSERVER_RESPONSE_COMPLETE_FINAL))
                 self.request_closed(req._key)
 
+    def on_sequence_terminated(self, correlation_id: int | str, reason: str) -> None:
+        """pbserve's eviction notice (Triton has none): the model's optional
+        `sequence_terminated` frees what it kept for a sequence that ended without END.
+        Its errors are only logged."""
+        hook = getattr(self.model, "sequence_terminated", None)
+        if hook is None:
+            return
+        try:
+            result = hook(correlation_id, reason)
+            if inspect.iscoroutine(result):
+                self.async_loop.submit(result, lambda exc: None).result()
+        except BaseException as exc:  # noqa: BLE001 - only logged
+            self.log_error(f"sequence_terminated of '{self.instance_name}' failed: "
+                           f"{_describe(exc)}")
+
     def on_finalize(self) -> None:
         self.async_loop.close()
         if self.model is not None and hasattr(self.model, "finalize"):
@@ -270,6 +290,20 @@ async def _on_behalf_of(keys: tuple, coroutine):
     """Run `coroutine` with CURRENT_KEYS set, in its task (child tasks inherit it)."""
     CURRENT_KEYS.set(keys)
     return await coroutine
+
+
+def _rescheduled(requests: list[InferenceRequest], responses: list) -> tuple:
+    """Keys of the requests released with RESCHEDULE; Triton wants None as their
+    response."""
+    keys = []
+    for req, resp in zip(requests, responses):
+        if req.release_flags() == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            if resp is not None:
+                raise ExecuteReturnError(
+                    "Expected a None object in the execute function return list for "
+                    f"reschduled request, found type '{type(resp)}'.")
+            keys.append(req._key)
+    return tuple(keys)
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,50 +1,190 @@
-"""Hands queued requests of one model to its free instances.
+"""Hands queued requests of one model to its free instances: Triton's default scheduler
+and its dynamic batcher (core src/dynamic_batch_scheduler.cc, src/scheduler_utils.cc).
 
-Without `dynamic_batching` every execute call gets one request, as Triton's default
-scheduler does. With it, an idle instance takes as many queued requests as fit in
-`max_batch_size` (sum of their batch dims), waiting up to `max_queue_delay_microseconds`
-for more while the batch is smaller than the preferred size.
+Without `dynamic_batching` every execute call gets one request, first come first served.
+With it, an idle instance takes as many queued requests as fit in `max_batch_size`
+(sum of their batch dims), choosing the batch as Triton does: the largest
+`preferred_batch_size` that the queue makes up is sent at once; otherwise the batcher
+waits up to `max_queue_delay_microseconds` (counted from the oldest request of the
+batch) for the queue to reach the largest preferred size. Requests queue by priority
+level (`priority_levels`, lower is served first; a request's priority 0 or out of
+range means `default_priority_level`), each level under its queue policy
+(`max_queue_size`, `default_timeout_microseconds`, `allow_timeout_override`,
+`timeout_action` REJECT or DELAY: a delayed request is served after the level's
+others).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
-from pbserve.backend.instance import ModelInstance
-from pbserve.backend.pending import PendingRequest
 from tritonclient.grpc import model_config_pb2 as mc
+
+from pbserve.backend.instance import RESCHEDULE_UNSUPPORTED, ModelInstance
+from pbserve.backend.pending import PendingRequest
+from pbserve.backend.types import InferResponse
+from pbserve.errors import ErrorCode, ServerError
+
+TIMEOUT_EXPIRED = "Request timeout expired"
+QUEUE_FULL = "Exceeds maximum queue size"
+_UNKNOWN_ID = "<id_unknown>"
+
+
+def reject(pending: PendingRequest, code: ErrorCode, message: str) -> None:
+    """Complete a request that never reaches `execute` with Triton's error."""
+    request = pending.request
+    pending.deliver(InferResponse(request.model_name, request.model_version, request.id,
+                                  error=ServerError(code, message)))
+
+
+def choose_batch(items: Iterable[tuple[int, float]], preferred: frozenset[int],
+                 max_preferred: int, max_batch: int, delay_s: float, now: float
+                 ) -> tuple[int, float]:
+    """Triton's GetDynamicBatch over queued `(batch_size, arrival_s)` in serving order:
+    `(count, 0.0)` to send the first `count` now, or `(0, deadline)` to wait until
+    `deadline` (loop time) for more."""
+    size = count = best = 0
+    saturated = False
+    oldest = math.inf
+    for batch_size, arrival in items:
+        batch_size = max(1, batch_size)
+        if count:
+            if size + batch_size > max_preferred and not best:
+                best = count
+            if size + batch_size > max_batch:
+                saturated = True
+                break
+        size += batch_size
+        count += 1
+        oldest = min(oldest, arrival)
+        if size in preferred:
+            best = count
+    if not count:
+        return 0, 0.0
+    exceeded = delay_s > 0 and now - oldest >= delay_s
+    if best and not exceeded:
+        return best, 0.0
+    if saturated or size >= max_preferred or exceeded or delay_s <= 0:
+        return count, 0.0
+    return 0, oldest + delay_s
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """A ModelQueuePolicy, in seconds."""
+
+    timeout_s: float = 0.0
+    allow_override: bool = False
+    delay: bool = False  # timeout_action DELAY (else REJECT)
+    max_size: int = 0
+
+    @classmethod
+    def of(cls, policy: mc.ModelQueuePolicy) -> QueuePolicy:
+        return cls(policy.default_timeout_microseconds / 1e6, policy.allow_timeout_override,
+                   policy.timeout_action == mc.ModelQueuePolicy.DELAY, policy.max_queue_size)
+
+    @property
+    def timed(self) -> bool:
+        return self.timeout_s > 0
+
+
+class _Level:
+    """One priority level: its queue (request, timeout deadline or 0) and the requests
+    whose timeout passed under DELAY."""
+
+    __slots__ = ("delayed", "policy", "queue")
+
+    def __init__(self, policy: QueuePolicy) -> None:
+        self.policy = policy
+        self.queue: deque[tuple[PendingRequest, float]] = deque()
+        self.delayed: deque[PendingRequest] = deque()
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self.delayed)
 
 
 class Scheduler:
     def __init__(self, cfg: mc.ModelConfig) -> None:
         self.instances: list[ModelInstance] = []
-        self._queue: deque[PendingRequest] = deque()
-        self._batching = cfg.HasField("dynamic_batching") and cfg.max_batch_size > 0
-        self._max_batch = max(cfg.max_batch_size, 1)
-        preferred = list(cfg.dynamic_batching.preferred_batch_size) if self._batching else []
-        self._preferred = max(preferred) if preferred else self._max_batch
-        self._delay_s = cfg.dynamic_batching.max_queue_delay_microseconds / 1e6
-        self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
+        self._batching = cfg.HasField("dynamic_batching")
+        db = cfg.dynamic_batching
+        self._max_batch = max(cfg.max_batch_size, 1)
+        self._preferred = frozenset(db.preferred_batch_size)
+        self._max_preferred = max(self._preferred, default=self._max_batch)
+        self._delay_s = db.max_queue_delay_microseconds / 1e6
+        self._level_count = db.priority_levels if self._batching else 0
+        self._default_level = db.default_priority_level if self._level_count else 0
+        self._default_policy = QueuePolicy.of(db.default_queue_policy) if self._batching \
+            else QueuePolicy()
+        self._levels: dict[int, _Level] = {}
+        self._order: list[int] = []  # level numbers, ascending
+        for level, policy in db.priority_queue_policy.items():
+            self._add_level(level, QueuePolicy.of(policy))
+        self._add_level(self._default_level, self._default_policy)
+        self._timed = any(lv.policy.timed for lv in self._levels.values()) \
+            or self._default_policy.timed
+        self._size = 0
+        self._next_deadline = math.inf
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        return self._size
 
+    def _add_level(self, level: int, policy: QueuePolicy) -> _Level:
+        lv = self._levels[level] = _Level(policy)
+        self._order = sorted(self._levels)
+        return lv
+
+    def _level_of(self, priority: int) -> int:
+        if not self._level_count:
+            return 0
+        if priority == 0 or priority > self._level_count:
+            return self._default_level
+        return priority
+
+    # -- the surface Model uses ---------------------------------------------------------
     def submit(self, pending: PendingRequest) -> None:
-        self._queue.append(pending)
+        request = pending.request
+        level = self._level_of(request.priority)
+        lv = self._levels.get(level) or self._add_level(level, self._default_policy)
+        policy = lv.policy
+        if policy.max_size and len(lv) >= policy.max_size:
+            reject(pending, ErrorCode.UNAVAILABLE,
+                   f"[request id: {request.id or _UNKNOWN_ID}] {QUEUE_FULL}")
+            return
+        deadline = 0.0
+        if policy.timed:
+            timeout_s = policy.timeout_s
+            override_s = request.timeout_us / 1e6
+            # Triton lets a request shorten the default timeout, never lengthen it.
+            if policy.allow_override and 0 < override_s < timeout_s:
+                timeout_s = override_s
+            deadline = self._loop.time() + timeout_s
+            if deadline < self._next_deadline:
+                self._next_deadline = deadline
+                self._arm(deadline)
+        lv.queue.append((pending, deadline))
+        self._size += 1
         self.dispatch()
 
     def on_idle(self, instance: ModelInstance) -> None:
         self.dispatch()
 
+    def reschedule(self, pending: PendingRequest) -> None:
+        """The model asked for RESCHEDULE: only an iterative sequence batcher can."""
+        reject(pending, ErrorCode.INVALID_ARG, RESCHEDULE_UNSUPPORTED)
+
     def dispatch(self) -> None:
-        queue = self._queue
-        if not queue:
+        if not self._size:
             return
         for instance in self.instances:
-            if not queue:
+            if not self._size:
                 return
             if instance.ready:
                 batch = self._take_batch()
@@ -52,42 +192,107 @@ class Scheduler:
                     return
                 instance.execute(batch)
 
-    def _take_batch(self) -> list[PendingRequest] | None:
-        queue = self._queue
-        if not self._batching:
-            return [queue.popleft()]
-        size = 0
-        count = 0
-        for pending in queue:
-            if size + pending.batch_size > self._max_batch and count:
-                break
-            size += pending.batch_size
-            count += 1
-        if size < self._preferred and self._delay_s > 0 and count == len(queue):
-            deadline = queue[0].arrival_s + self._delay_s
-            if self._loop.time() < deadline:
-                if self._timer is None:
-                    self._timer = self._loop.call_at(deadline, self._on_timer)
-                return None
-        return [queue.popleft() for _ in range(count)]
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self.dispatch()
-
     def remove(self, pending: PendingRequest) -> bool:
         """Take a request out of the queue (cancelled); False if it is not queued."""
-        try:
-            self._queue.remove(pending)
-        except ValueError:
-            return False
-        return True
+        for lv in self._levels.values():
+            for index, (queued, _) in enumerate(lv.queue):
+                if queued is pending:
+                    del lv.queue[index]
+                    self._size -= 1
+                    return True
+            try:
+                lv.delayed.remove(pending)
+            except ValueError:
+                continue
+            self._size -= 1
+            return True
+        return False
 
     def drain(self) -> list[PendingRequest]:
         """Take every queued request (the model is going away)."""
-        queued = list(self._queue)
-        self._queue.clear()
+        queued = list(self._in_order())
+        for lv in self._levels.values():
+            lv.queue.clear()
+            lv.delayed.clear()
+        self._size = 0
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         return queued
+
+    # -- batches ------------------------------------------------------------------------
+    def _in_order(self) -> Iterator[PendingRequest]:
+        for level in self._order:
+            lv = self._levels[level]
+            for pending, _ in lv.queue:
+                yield pending
+            yield from lv.delayed
+
+    def _take_batch(self) -> list[PendingRequest] | None:
+        if not self._batching:
+            return [self._pop()]
+        now = self._loop.time()
+        if now >= self._next_deadline:
+            self._expire(now)
+            if not self._size:
+                return None
+        count, wait_until = choose_batch(
+            ((p.batch_size, p.arrival_s) for p in self._in_order()), self._preferred,
+            self._max_preferred, self._max_batch, self._delay_s, now)
+        if not count:
+            self._arm(wait_until)
+            return None
+        return [self._pop() for _ in range(count)]
+
+    def _pop(self) -> PendingRequest:
+        for level in self._order:
+            lv = self._levels[level]
+            if lv.queue:
+                self._size -= 1
+                return lv.queue.popleft()[0]
+            if lv.delayed:
+                self._size -= 1
+                return lv.delayed.popleft()
+        raise IndexError("pop from an empty scheduler")
+
+    # -- timers -------------------------------------------------------------------------
+    def _arm(self, when: float) -> None:
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        if now >= self._next_deadline:
+            self._expire(now)
+        self.dispatch()
+
+    def _expire(self, now: float) -> None:
+        """Apply the queue policies: a request past its timeout is rejected with Triton's
+        error, or (DELAY) moved behind the others of its level."""
+        next_deadline = math.inf
+        for lv in self._levels.values():
+            if not lv.policy.timed or not lv.queue:
+                continue
+            kept: deque[tuple[PendingRequest, float]] = deque()
+            for item in lv.queue:
+                deadline = item[1]
+                if deadline and now >= deadline:
+                    if lv.policy.delay:
+                        lv.delayed.append(item[0])
+                    else:
+                        self._size -= 1
+                        reject(item[0], ErrorCode.UNAVAILABLE, TIMEOUT_EXPIRED)
+                else:
+                    kept.append(item)
+                    if deadline and deadline < next_deadline:
+                        next_deadline = deadline
+            lv.queue = kept
+        self._next_deadline = next_deadline
+        if next_deadline < math.inf:
+            self._arm(next_deadline)
+

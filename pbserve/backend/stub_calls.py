@@ -1,4 +1,6 @@
-"""The parent's side of what stubs ask it (CALL messages): BLS today.
+"""The parent's side of what stubs ask it (CALL messages): BLS, custom metrics (kept in
+`custom_metrics`), model control (answered by the model manager), and NOTIFY messages
+(calls that want no answer: metric deletes from finalisers).
 
 A BLS call goes through the target model's scheduler, the same one clients use. Its
 input tensors stay where the calling stub put them (descriptors are passed on), and the
@@ -10,15 +12,19 @@ caller says (BLS_RELEASE) that it no longer views its outputs, or the caller die
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import json
 import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
 
+from pbserve.backend import metrics
+from pbserve.backend.custom_metrics import CustomMetrics
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
 
 if TYPE_CHECKING:
+    from pbserve.backend.api import InferenceCore
     from pbserve.backend.instance import ModelInstance
     from pbserve.backend.model import Model
 
@@ -28,7 +34,8 @@ NO_TOKEN = 0
 
 class StubCalls:
     def __init__(self, find_model: Callable[[str, str], "Model"],
-                 view: Callable[[str, int, int], memoryview]) -> None:
+                 view: Callable[[str, int, int], memoryview],
+                 control: "InferenceCore | None" = None) -> None:
         self._find_model = find_model
         self._view = view
         self._tokens = itertools.count(1)
@@ -37,6 +44,17 @@ class StubCalls:
         # (caller, call_id) -> keys of the caller's requests the call still serves
         self._serving: dict[tuple[int, int], set[int]] = {}
         self._handlers: dict[str, Callable[..., Awaitable[None]]] = {"bls": self._bls}
+        self._control = control
+        self._background: set[asyncio.Task] = set()
+        self.custom_metrics = CustomMetrics(reserved=(f[1] for f in metrics._FAMILIES))
+        cm = self.custom_metrics
+        for op, answer in (("metric_family_new", cm.family_new), ("metric_new", cm.metric_new),
+                           ("metric_op", cm.metric_op), ("load_model", self._load_model),
+                           ("unload_model", self._unload_model),
+                           ("is_model_ready", self._is_model_ready)):
+            self._handlers[op] = self._replying(answer)
+        self._notices: dict[str, Callable[..., None]] = {
+            "metric_family_delete": cm.family_delete, "metric_delete": cm.metric_delete}
 
     def handle(self, caller: "ModelInstance", call_id: int, op: str, args: tuple) -> None:
         """Run the handler of `op` as a task; it answers with caller.reply/reply_item."""
@@ -48,6 +66,12 @@ class StubCalls:
         task = asyncio.get_running_loop().create_task(handler(caller, call_id, args))
         self._tasks[key] = task
         task.add_done_callback(lambda _: self._tasks.pop(key, None))
+
+    def notify(self, caller: "ModelInstance", op: str, args: tuple) -> None:
+        """A NOTIFY: run after the calls already received (their tasks), answer nothing."""
+        notice = self._notices.get(op)
+        if notice is not None:
+            asyncio.get_running_loop().call_soon(lambda: notice(caller, *args))
 
     def cancel(self, caller: "ModelInstance", call_id: int) -> None:
         task = self._tasks.get((id(caller), call_id))
@@ -75,6 +99,7 @@ class StubCalls:
         for (owner, _), task in list(self._tasks.items()):
             if owner == id(caller):
                 task.cancel()
+        self.custom_metrics.owner_gone(caller)
 
     # -- BLS --------------------------------------------------------------------------
     async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
@@ -142,3 +167,59 @@ class StubCalls:
                 f"{len(model.instances)} instance(s) are busy waiting on BLS calls; add "
                 f"instances (instance_group count) or call another model"))
 
+    # -- custom metrics and model control: one answer per call ------------------------
+    @staticmethod
+    def _replying(answer: Callable[..., object]) -> Callable[..., Awaitable[None]]:
+        """A handler that replies with what `answer(caller, *args)` returns (or awaits);
+        a ServerError's message becomes the TritonModelException the model sees."""
+        async def handler(caller: "ModelInstance", call_id: int, args: tuple) -> None:
+            try:
+                value = answer(caller, *args)
+                if inspect.isawaitable(value):
+                    value = await value
+            except ServerError as err:
+                caller.reply(call_id, err.message, None)
+            except Exception as exc:  # the model gets the error, not the server
+                log.exception("call from '%s' failed", caller.name)
+                caller.reply(call_id, f"{type(exc).__name__}: {exc}", None)
+            else:
+                caller.reply(call_id, None, value)
+        return handler
+
+    def _manager(self) -> "InferenceCore":
+        if self._control is None:
+            raise ServerError(ErrorCode.UNAVAILABLE, "model control is not available")
+        return self._control
+
+    async def _load_model(self, caller: "ModelInstance", name: str, config: str,
+                          files: dict[str, bytes] | None) -> None:
+        if name == caller.model_name:
+            # A reload unloads the running version first: it would wait for this call.
+            raise ServerError(ErrorCode.UNSUPPORTED,
+                              f"model '{name}' cannot load itself from its own code")
+        # Shielded: a caller that goes away must not leave a model half loaded.
+        await asyncio.shield(self._manager().load_model(name, config or None, files or None))
+
+    async def _unload_model(self, caller: "ModelInstance", name: str,
+                            unload_dependents: bool) -> None:
+        unload = asyncio.get_running_loop().create_task(
+            self._manager().unload_model(name, unload_dependents))
+        if name != caller.model_name:
+            await asyncio.shield(unload)
+            return
+        # Unloading itself: as in Triton, the model goes once its running execute is
+        # done, so answer now. Errors found before any waiting still reach the model.
+        await asyncio.sleep(0)
+        if unload.done():
+            unload.result()
+            return
+        self._background.add(unload)
+        unload.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("unload requested by a model failed: %s", task.exception())
+
+    def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
+        return self._manager().model_ready(name, version)

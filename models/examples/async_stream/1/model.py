@@ -9,6 +9,7 @@ import asyncio
 import json
 
 import numpy as np
+
 import triton_python_backend_utils as pb_utils
 
 DEFAULT_CHUNKS = 8
@@ -21,8 +22,8 @@ class TritonPythonModel:
 
     async def execute(self, requests):
         # One coroutine per execute call; without dynamic batching that is one request.
+        # Decoupled: it returns None; the responses go through the senders.
         await asyncio.gather(*(self.generate(request) for request in requests))
-        return None
 
     async def generate(self, request):
         prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy()[0]

@@ -7,9 +7,9 @@ earlier ones are still sending: that is what decoupled mode allows.
 """
 
 import threading
-import time
 
 import numpy as np
+
 import triton_python_backend_utils as pb_utils
 
 
@@ -17,6 +17,7 @@ class TritonPythonModel:
     def initialize(self, args):
         self.threads = set()
         self.lock = threading.Lock()
+        self.stopping = threading.Event()  # set by finalize: cut the delays short
 
     def execute(self, requests):
         for request in requests:
@@ -30,14 +31,18 @@ class TritonPythonModel:
             with self.lock:
                 self.threads.add(thread)
             thread.start()
-        return None  # decoupled: responses go through the senders
+        # Decoupled: execute returns None; the responses go through the senders.
 
     def respond(self, sender, values, delay_s):
         try:
             for idx, value in enumerate(values):
                 if sender.is_cancelled():
-                    break
-                time.sleep(delay_s)
+                    break  # the client went away; FINAL still closes the request
+                if self.stopping.wait(delay_s):
+                    sender.send(pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError("repeat: the model is being unloaded")),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    return
                 sender.send(pb_utils.InferenceResponse(output_tensors=[
                     pb_utils.Tensor("OUT", np.array([value], dtype=np.int32)),
                     pb_utils.Tensor("IDX", np.array([idx], dtype=np.uint32)),
@@ -48,6 +53,7 @@ class TritonPythonModel:
                 self.threads.discard(threading.current_thread())
 
     def finalize(self):
+        self.stopping.set()
         with self.lock:
             threads = list(self.threads)
         for thread in threads:

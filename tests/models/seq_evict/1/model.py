@@ -1,0 +1,39 @@
+"""Keeps a note per sequence and frees it on pbserve's eviction notice.
+
+Every request names a file in its parameter "log"; `sequence_terminated` appends
+"<correlation id> <reason>" to the file its sequence named. A request with the parameter
+"wait_cancel" first writes "<log>.running", then waits (at most 30 s) to be cancelled.
+"""
+
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.notes = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            params = json.loads(request.parameters())
+            corrid = request.correlation_id()
+            self.notes[corrid] = params["log"]
+            if params.get("wait_cancel"):
+                with open(params["log"] + ".running", "w"):
+                    pass
+                deadline = time.monotonic() + 30
+                while not request.is_cancelled() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            if request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.notes[corrid]
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUT", np.array([len(self.notes)], np.int32))]))
+        return responses
+
+    def sequence_terminated(self, correlation_id, reason):
+        with open(self.notes.pop(correlation_id), "a") as log:
+            log.write(f"{correlation_id} {reason}\n")
