@@ -23,6 +23,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from pbserve.backend.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics
+from pbserve.errors import ServerError
 from pbserve.testing import running_server
 
 PARITY = Path(__file__).resolve().parent / "models_parity"
@@ -373,3 +375,52 @@ def test_custom_metrics_example_counts_requests_and_times_them(tmp_path):
     assert f"custom_metrics_requests_total{{{labels}}} 3" in lines
     assert f"custom_metrics_execute_ms_count{{{labels}}} 3" in lines
     assert f'custom_metrics_execute_ms_bucket{{{labels},le="+Inf"}} 3' in lines
+
+
+# -- the parent's registry, without a server ------------------------------------------
+def test_registry_shares_families_by_name_and_series_by_labels():
+    reg = CustomMetrics(reserved=["nv_inference_count"])
+    a, b = object(), object()  # two stubs
+    reg.family_new(a, 1, "hits", "first help", COUNTER)
+    reg.family_new(b, 1, "hits", "second help", COUNTER)  # the same family
+    reg.metric_new(a, 2, 1, {"m": "x"}, None)
+    reg.metric_new(b, 2, 1, {"m": "x"}, None)  # the same series
+    reg.metric_op(a, 2, "increment", 2)
+    assert reg.metric_op(b, 2, "value", 0) == 2
+    assert reg.render() == '# HELP hits first help\n# TYPE hits counter\nhits{m="x"} 2\n'
+    with pytest.raises(ServerError, match="Family name already exists with different type"):
+        reg.family_new(a, 3, "hits", "", GAUGE)
+    for bad in ("1abc", "has-dash", "__reserved", ""):
+        with pytest.raises(ServerError, match="Invalid metric name"):
+            reg.family_new(a, 4, bad, "", GAUGE)
+    with pytest.raises(ServerError, match="Family name already exists"):
+        reg.family_new(a, 4, "nv_inference_count", "", COUNTER)
+    reg.owner_gone(a)  # b still holds family and series
+    assert reg.metric_op(b, 2, "value", 0) == 2
+    reg.family_delete(b, 1)  # its metrics go with it, then the family (nothing holds it)
+    assert reg.render() == ""
+    with pytest.raises(ServerError, match="MetricFamily' has been deleted"):
+        reg.metric_op(b, 2, "value", 0)
+    reg.family_new(a, 5, "hits", "", GAUGE)  # the name is free again
+
+
+def test_registry_histogram_renders_like_prometheus_cpp():
+    reg = CustomMetrics()
+    reg.family_new("s", 1, "lat", "", HISTOGRAM)
+    with pytest.raises(ServerError, match="Invalid label name"):
+        reg.metric_new("s", 2, 1, {"le": "1"}, [1.0])
+    reg.metric_new("s", 2, 1, {"b": 'q"\n', "a": "1"}, [0.5, 2.0])
+    for value in (0.5, 1.0, 3.0):
+        reg.metric_op("s", 2, "observe", value)
+    with pytest.raises(ServerError):
+        reg.metric_op("s", 2, "increment", 1)
+    assert reg.render().splitlines() == [
+        "# TYPE lat histogram",
+        'lat_count{a="1",b="q\\"\\n"} 3',
+        'lat_sum{a="1",b="q\\"\\n"} 4.5',
+        'lat_bucket{a="1",b="q\\"\\n",le="0.5"} 1',
+        'lat_bucket{a="1",b="q\\"\\n",le="2"} 2',
+        'lat_bucket{a="1",b="q\\"\\n",le="+Inf"} 3',
+    ]
+    reg.metric_delete("s", 2)
+    assert reg.render() == ""

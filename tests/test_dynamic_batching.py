@@ -3,6 +3,7 @@ queue policies with Triton's errors, priority levels."""
 
 from __future__ import annotations
 
+import queue
 import re
 import shutil
 import threading
@@ -12,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from pbserve.testing import running_server
 
 TEST_MODELS = Path(__file__).resolve().parent / "models"
-MODELS = ("batch_gather", "queue_timeout", "queue_bounded", "queue_priority")
+MODELS = ("batch_gather", "queue_timeout", "queue_bounded", "queue_priority", "ordered_stream")
 WAIT_S = 20.0
 
 
@@ -147,3 +149,151 @@ def test_higher_priority_requests_run_first(server, tmp_path):
     low_calls = sorted(int(r.get_result(timeout=WAIT_S).as_numpy("CALL")[0][0]) for r in low)
     assert high_calls == [2, 3]
     assert low_calls == [4, 5, 6]
+
+
+def test_preserve_ordering_holds_a_response_until_those_before_it_are_sent(server, tmp_path):
+    """Two instances: the second request is answered while the first still runs; its
+    response still leaves second."""
+    gate, mark = Gate(tmp_path), tmp_path / "second_answered"
+    events: queue.Queue = queue.Queue()
+    client = server.grpc_client()
+    client.start_stream(callback=lambda result, error: events.put((result, error)),
+                        stream_timeout=WAIT_S)
+
+    def send(value: int, request_id: str, parameters: dict) -> None:
+        tensor = grpcclient.InferInput("IN", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], np.int32))
+        client.async_stream_infer("ordered_stream", [tensor], request_id=request_id,
+                                  parameters=parameters)
+
+    order = []
+    try:
+        send(1, "first", gate.parameters)
+        gate.wait_started()
+        send(2, "second", {"mark": str(mark)})
+        wait_for(mark.exists, "the second request to be answered")
+        gate.open()
+        for _ in range(2):
+            result, error = events.get(timeout=WAIT_S)
+            assert error is None, error
+            order.append(result.get_response().id)
+    finally:
+        gate.open()
+        client.stop_stream()
+        client.close()
+    assert order == ["first", "second"]
+
+
+# -- the batcher's choices, on a hand-driven clock (no server) ----------------------------
+
+class FakeLoop:
+    """Loop time and timers the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback):
+        loop = self
+
+        class Handle:
+            def when(self) -> float:
+                return when
+
+            def cancel(self) -> None:
+                loop.timers.remove(entry)
+
+        entry = (when, callback, Handle())
+        self.timers.append(entry)
+        return entry[2]
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for entry in sorted((t for t in self.timers if t[0] <= self.now), key=lambda t: t[0]):
+            if entry in self.timers:
+                self.timers.remove(entry)
+                entry[1]()
+
+
+class FakeInstance:
+    ready = False
+
+    def __init__(self) -> None:
+        self.ran: list[list[int]] = []
+
+    def execute(self, batch) -> None:
+        self.ran.append([int(p.request.id) for p in batch])
+
+
+def scheduler_for(config: str):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from pbserve.backend.scheduler import Scheduler
+
+    cfg = text_format.Parse(config, mc.ModelConfig())
+    scheduler = Scheduler(cfg)
+    scheduler._loop = FakeLoop()
+    instance = FakeInstance()
+    scheduler.instances = [instance]
+    return scheduler, instance
+
+
+def submit(scheduler, value: int, priority: int = 0, timeout_us: int = 0):
+    from pbserve.backend.pending import PendingRequest
+    from pbserve.backend.types import InferRequest
+
+    request = InferRequest("m", id=str(value), priority=priority, timeout_us=timeout_us)
+    pending = PendingRequest(value, request, (), [], 1, lambda blocks: None, False)
+    pending.arrival_s = scheduler._loop.now
+    scheduler.submit(pending)
+    return pending
+
+
+async def test_delay_action_moves_a_timed_out_request_behind_its_level():
+    scheduler, instance = scheduler_for("""
+        name: "m" max_batch_size: 1
+        dynamic_batching { default_queue_policy {
+            timeout_action: DELAY default_timeout_microseconds: 100000 } }""")
+    submit(scheduler, 1)
+    submit(scheduler, 2)
+    scheduler._loop.advance(0.2)  # both wait past their timeout: delayed, not rejected
+    third = submit(scheduler, 3)
+    instance.ready = True
+    for _ in range(3):
+        scheduler.on_idle(instance)
+    assert instance.ran == [[3], [1], [2]]
+    assert not third.done
+
+
+async def test_a_request_may_shorten_the_queue_timeout_but_not_lengthen_it():
+    scheduler, _ = scheduler_for("""
+        name: "m" max_batch_size: 1
+        dynamic_batching { default_queue_policy {
+            default_timeout_microseconds: 100000 allow_timeout_override: true } }""")
+    short = submit(scheduler, 1, timeout_us=10000)
+    longer = submit(scheduler, 2, timeout_us=500000)
+    scheduler._loop.advance(0.05)
+    assert short.done and short.future.result().error.message == "Request timeout expired"
+    assert not longer.done
+    scheduler._loop.advance(0.06)
+    assert longer.done and longer.future.result().error.code.name == "UNAVAILABLE"
+
+
+async def test_preferred_batch_sizes_and_the_queue_delay_choose_the_batch():
+    scheduler, instance = scheduler_for("""
+        name: "m" max_batch_size: 8
+        dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 50000 }
+        """)
+    for value in range(1, 6):
+        submit(scheduler, value)
+    instance.ready = True
+    scheduler.on_idle(instance)  # 5 queued: the largest preferred size that they make up
+    assert instance.ran == [[1, 2, 3, 4]]
+    scheduler.on_idle(instance)  # 1 left: it waits for company up to the delay
+    assert instance.ran == [[1, 2, 3, 4]]
+    scheduler._loop.advance(0.06)
+    assert instance.ran == [[1, 2, 3, 4], [5]]

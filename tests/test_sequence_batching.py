@@ -89,6 +89,9 @@ def test_a_sequence_runs_on_one_instance_and_the_backlog_waits_for_a_slot(http):
     assert c_result.as_numpy("SUM")[0] == 100
     for sid in (102, 103):
         pid_step(http, sid, 0, end=True)
+    # One-request sequences give their slot back too (two slots, three sequences).
+    for sid in (121, 122, 123):
+        assert pid_step(http, sid, 5, start=True, end=True).as_numpy("SUM")[0] == 5
 
 
 def test_control_tensors_have_the_configured_types_and_values(http):

@@ -167,3 +167,19 @@ def test_killed_server_stubs_exit_and_next_start_removes_their_shm(tmp_path):
         # (any start sweeps dead owners' names, so another one may already have).
         with running_server(TEST_MODELS, log_path=tmp_path / "b.log", ready_path=LIVE):
             assert entries_with_prefix(f"/pbserve-{first.pid}-") == []
+
+
+def test_statistics_extension_counts_requests_and_executions(server):
+    client = server.http_client()
+    before = client.get_inference_statistics("sleepy")["model_stats"][0]
+    for _ in range(2):
+        sleepy(client, 0)
+    after = client.get_inference_statistics("sleepy")["model_stats"][0]
+    assert after["name"] == "sleepy" and after["version"] == "1"
+    assert int(after["inference_count"]) == int(before.get("inference_count", 0)) + 2
+    assert int(after["execution_count"]) == int(before.get("execution_count", 0)) + 2
+    success = after["inference_stats"]["success"]
+    assert int(success["count"]) == int(before["inference_stats"]["success"]["count"]) + 2
+    assert int(success["ns"]) > 0
+    grpc_stats = server.grpc_client().get_inference_statistics("sleepy", as_json=True)
+    assert grpc_stats["model_stats"][0]["inference_count"] == str(after["inference_count"])

@@ -158,6 +158,13 @@ class ModelManager:
                 index.append({"name": name, "state": entry.state, "reason": entry.reason})
         return index
 
+    def model_statistics(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        """Triton's statistics extension: every loaded version, or the one asked for."""
+        if version:
+            return [self.model(name, version).stats.statistics()]
+        self.model(name)  # NOT_FOUND for an unknown model, as Triton
+        return [m.stats.statistics() for _, m in sorted(self._entries[name].versions.items())]
+
     def metrics_text(self) -> str:
         stats = [m.stats for e in self._entries.values() for m in e.versions.values()]
         return metrics.render(stats) + self._calls.custom_metrics.render()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 # (attribute, Prometheus family, help text, type), in Triton's names.
 _FAMILIES = (
@@ -40,11 +41,44 @@ class ModelStats:
     queue_us: int = 0
     compute_infer_us: int = 0
     pending: int = 0
+    success_us: int = 0
+    executed: int = 0  # requests that reached execute (queue/compute figures count these)
+    last_inference_ms: int = 0
+    # batch size -> [executions, their total compute ns]
+    batches: dict[int, list[int]] = field(default_factory=dict)
 
     def reset(self) -> None:
         for f in fields(self):
             if f.name not in ("model", "version"):
-                setattr(self, f.name, 0)
+                setattr(self, f.name, {} if f.name == "batches" else 0)
+
+    def statistics(self) -> dict[str, Any]:
+        """Triton's statistics extension entry for this model version (durations in ns;
+        compute_input/compute_output are part of compute_infer here)."""
+        def figure(count: int, us: int) -> dict[str, int]:
+            return {"count": count, "ns": us * 1000}
+
+        return {
+            "name": self.model, "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count, "execution_count": self.exec_count,
+            "inference_stats": {
+                "success": figure(self.success, self.success_us),
+                "fail": figure(self.failure, 0),
+                "queue": figure(self.executed, self.queue_us),
+                "compute_input": figure(self.executed, 0),
+                "compute_infer": figure(self.executed, self.compute_infer_us),
+                "compute_output": figure(self.executed, 0),
+                "cache_hit": figure(0, 0), "cache_miss": figure(0, 0),
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {"batch_size": size, "compute_input": {"count": n, "ns": 0},
+                 "compute_infer": {"count": n, "ns": ns},
+                 "compute_output": {"count": n, "ns": 0}}
+                for size, (n, ns) in sorted(self.batches.items())],
+            "memory_usage": [],
+        }
 
 
 def render(stats: list[ModelStats]) -> str:

@@ -267,21 +267,30 @@ class Model:
             self._pool.free(block.region, block.offset)
 
     def _on_batch_done(self, batch: list[PendingRequest]) -> None:
-        self.stats.exec_count += 1
+        stats = self.stats
+        stats.exec_count += 1
         now = time.monotonic_ns()
+        if batch and batch[0].exec_start_ns:
+            figures = stats.batches.setdefault(len(batch), [0, 0])
+            figures[0] += 1
+            figures[1] += now - batch[0].exec_start_ns
         for pending in batch:
             if pending.exec_start_ns:
-                self.stats.compute_infer_us += (now - pending.exec_start_ns) // 1000
+                stats.executed += 1
+                stats.compute_infer_us += (now - pending.exec_start_ns) // 1000
 
     def _count(self, pending: PendingRequest, response: InferResponse) -> None:
         stats = self.stats
         stats.pending -= 1
         if pending.exec_start_ns:
             stats.queue_us += (pending.exec_start_ns - pending.arrival_ns) // 1000
-        stats.request_us += (time.monotonic_ns() - pending.arrival_ns) // 1000
+        took_us = (time.monotonic_ns() - pending.arrival_ns) // 1000
+        stats.request_us += took_us
+        stats.last_inference_ms = int(time.time() * 1000)
         if response.error is None:
             stats.success += 1
-            stats.inference_count += pending.batch_size
+            stats.success_us += took_us
+            stats.inference_count += max(pending.batch_size, 1)  # no batching: 1 each
         else:
             stats.failure += 1
 

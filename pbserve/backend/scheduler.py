@@ -11,7 +11,8 @@ level (`priority_levels`, lower is served first; a request's priority 0 or out o
 range means `default_priority_level`), each level under its queue policy
 (`max_queue_size`, `default_timeout_microseconds`, `allow_timeout_override`,
 `timeout_action` REJECT or DELAY: a delayed request is served after the level's
-others).
+others). With `preserve_ordering` responses leave in the order their requests were
+batched: a request's responses wait until every request batched before it is complete.
 """
 
 from __future__ import annotations
@@ -107,6 +108,82 @@ class _Level:
         return len(self.queue) + len(self.delayed)
 
 
+class _Ordering:
+    """preserve_ordering (Triton's DelegateResponse): the requests in the order they
+    were batched; a request's responses are held until those before it are complete."""
+
+    def __init__(self) -> None:
+        self._line: deque[_OrderedFuture | _OrderedQueue] = deque()
+
+    def wrap(self, pending: PendingRequest) -> None:
+        """Give the request a sink that asks the ordering before it hands anything on
+        (at submit, before its caller awaits the sink)."""
+        if pending.future is not None:
+            pending.future = _OrderedFuture(self)
+        else:
+            pending.stream = _OrderedQueue(self)
+
+    def enter(self, pending: PendingRequest) -> None:
+        sink = pending.future if pending.future is not None else pending.stream
+        if isinstance(sink, (_OrderedFuture, _OrderedQueue)):
+            sink.in_line = True
+            self._line.append(sink)
+
+    def offer(self, sink: _OrderedFuture | _OrderedQueue, response: InferResponse) -> None:
+        if not sink.in_line or self._line[0] is sink:
+            sink.emit(response)
+            if sink.in_line and response.final:
+                self._line.popleft()
+                self._flush()
+        else:
+            sink.held.append(response)
+
+    def _flush(self) -> None:
+        while self._line:
+            head = self._line[0]
+            held, head.held = head.held, []
+            for response in held:
+                head.emit(response)
+            if not held or not held[-1].final:
+                return
+            self._line.popleft()
+
+
+class _OrderedFuture(asyncio.Future):
+    """A unary request's result, handed on when the ordering allows."""
+
+    def __init__(self, ordering: _Ordering) -> None:
+        super().__init__()
+        self.ordering = ordering
+        self.in_line = False
+        self.held: list[InferResponse] = []
+
+    def set_result(self, result: InferResponse) -> None:
+        self.ordering.offer(self, result)
+
+    def emit(self, response: InferResponse) -> None:
+        if self.done():  # its caller is gone
+            response.release()
+        else:
+            super().set_result(response)
+
+
+class _OrderedQueue(asyncio.Queue):
+    """A streaming request's responses, handed on when the ordering allows."""
+
+    def __init__(self, ordering: _Ordering) -> None:
+        super().__init__()
+        self.ordering = ordering
+        self.in_line = False
+        self.held: list[InferResponse] = []
+
+    def put_nowait(self, item: InferResponse) -> None:
+        self.ordering.offer(self, item)
+
+    def emit(self, response: InferResponse) -> None:
+        super().put_nowait(response)
+
+
 class Scheduler:
     def __init__(self, cfg: mc.ModelConfig) -> None:
         self.instances: list[ModelInstance] = []
@@ -131,6 +208,7 @@ class Scheduler:
         self._size = 0
         self._next_deadline = math.inf
         self._timer: asyncio.TimerHandle | None = None
+        self._ordering = _Ordering() if self._batching and db.preserve_ordering else None
 
     @property
     def queued(self) -> int:
@@ -169,6 +247,8 @@ class Scheduler:
             if deadline < self._next_deadline:
                 self._next_deadline = deadline
                 self._arm(deadline)
+        if self._ordering is not None:
+            self._ordering.wrap(pending)
         lv.queue.append((pending, deadline))
         self._size += 1
         self.dispatch()
@@ -190,6 +270,9 @@ class Scheduler:
                 batch = self._take_batch()
                 if batch is None:
                     return
+                if self._ordering is not None:
+                    for pending in batch:
+                        self._ordering.enter(pending)
                 instance.execute(batch)
 
     def remove(self, pending: PendingRequest) -> bool:

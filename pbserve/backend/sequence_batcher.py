@@ -293,7 +293,9 @@ class SequenceBatcher:
                 slot.seq, seq.slot = seq, slot
             else:
                 self._backlog.append(seq)
-            if not flags & FLAG_SEQUENCE_END:
+            if flags & FLAG_SEQUENCE_END:
+                seq.ended = _ENDED
+            else:
                 self._active[corrid] = seq
         else:
             if flags & FLAG_SEQUENCE_START:

@@ -194,7 +194,8 @@ class StubCalls:
     async def _load_model(self, caller: "ModelInstance", name: str, config: str,
                           files: dict[str, bytes] | None) -> None:
         if name == caller.model_name:
-            # A reload unloads the running version first: it would wait for this call.
+            # A reload ends by unloading the old version after its in-flight requests,
+            # the one making this call among them: it would wait for itself.
             raise ServerError(ErrorCode.UNSUPPORTED,
                               f"model '{name}' cannot load itself from its own code")
         # Shielded: a caller that goes away must not leave a model half loaded.

@@ -1,7 +1,8 @@
 """Keeps a note per sequence and frees it on pbserve's eviction notice.
 
 Every request names a file in its parameter "log"; `sequence_terminated` appends
-"<correlation id> <reason>" to the file its sequence named. A request with the parameter
+"<correlation id> <reason>" to the file its sequence named ("... without state" when the
+sequence had already ended: a notice that should not have come). A request with the parameter
 "wait_cancel" first writes "<log>.running", then waits (at most 30 s) to be cancelled.
 """
 
@@ -14,14 +15,15 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.notes = {}
+        self.notes = {}  # correlation id -> state of a live sequence
+        self.logs = {}  # correlation id -> its log file, kept after the end
 
     def execute(self, requests):
         responses = []
         for request in requests:
             params = json.loads(request.parameters())
             corrid = request.correlation_id()
-            self.notes[corrid] = params["log"]
+            self.notes[corrid] = self.logs[corrid] = params["log"]
             if params.get("wait_cancel"):
                 with open(params["log"] + ".running", "w"):
                     pass
@@ -35,5 +37,6 @@ class TritonPythonModel:
         return responses
 
     def sequence_terminated(self, correlation_id, reason):
-        with open(self.notes.pop(correlation_id), "a") as log:
-            log.write(f"{correlation_id} {reason}\n")
+        state = self.notes.pop(correlation_id, None)
+        with open(self.logs[correlation_id], "a") as log:
+            log.write(f"{correlation_id} {reason}{'' if state else ' without state'}\n")

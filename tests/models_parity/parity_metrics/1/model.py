@@ -1,5 +1,7 @@
 """Custom metrics: a counter (two Metric objects on one series), a gauge, a histogram."""
 
+import gc
+
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
@@ -31,7 +33,9 @@ class TritonPythonModel:
             temporary = self.requests.Metric(labels={"model": "parity_metrics",
                                                      "version": "temporary"})
             temporary.increment(5)
-            del temporary  # its series goes with it
+            temporary.cycle = temporary  # only the garbage collector can finalise it
+            del temporary
+            gc.collect()  # its series goes with it
             try:
                 pb_utils.MetricFamily("parity_requests_total", "", pb_utils.MetricFamily.GAUGE)
                 misuse = "no error"
