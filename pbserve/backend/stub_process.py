@@ -9,9 +9,12 @@ semaphore and hands decoded messages over in batches), reports the process's exi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import logging
 from pathlib import Path
@@ -24,14 +27,36 @@ from stub.stub import queue_names
 
 log = logging.getLogger("pbserve.backend")
 READ_POLL_S = 0.5
-_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# What a stub imports of pbserve: the stub and what the model sees, nothing else.
+_STUB_MODULES = ("stub", "shm", "backend_utils", "triton_python_backend_utils.py",
+                 "c_python_backend_utils.py")
+
+
+def _stub_path() -> str:
+    """A directory holding only the stub's packages (links to them), for PYTHONPATH.
+
+    Not the directory they are installed in: with a regular install that is the whole
+    site-packages of the server, which would shadow a model environment's own packages.
+    """
+    digest = hashlib.sha256(str(_PROJECT_ROOT).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"pbserve_stub_path_{os.getuid()}_{digest}"
+    if not path.is_dir():
+        scratch = Path(tempfile.mkdtemp(prefix=path.name + "-", dir=path.parent))
+        for name in _STUB_MODULES:
+            (scratch / name).symlink_to(_PROJECT_ROOT / name)
+        try:
+            scratch.rename(path)
+        except OSError:  # another process made it first
+            shutil.rmtree(scratch, ignore_errors=True)
+    return str(path)
 
 
 def stub_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment, with pbserve's packages importable by the stub."""
+    """The parent's environment, with pbserve's stub packages importable by the stub."""
     env = dict(os.environ)
     path = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = _PROJECT_ROOT + (os.pathsep + path if path else "")
+    env["PYTHONPATH"] = _stub_path() + (os.pathsep + path if path else "")
     if extra:
         env.update(extra)
     return env
