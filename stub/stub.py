@@ -139,7 +139,8 @@ class Stub:
             try:
                 self.pool.free(region, offset)
             except ValueError as err:
-                self.log_error(f"parent released an unknown block: {err}")
+                if self._running:  # once finalizing, the pool is closed: nothing to free
+                    self.log_error(f"parent released an unknown block: {err}")
 
     # -- commands ---------------------------------------------------------------------
     def _model_class(self, model_path: str) -> type:

@@ -222,12 +222,16 @@ class Model:
         return pending
 
     def _expire(self, pending: PendingRequest) -> None:
-        """The request's own timeout passed: a queued request fails with Triton's
-        "Request timeout expired"; a running one is cancelled (the model decides)."""
+        """The request's own timeout passed: a running request is cancelled (the model
+        decides). A queued one fails with Triton's "Request timeout expired", unless a
+        batcher owns the queue: its queue policy (allow_timeout_override, DELAY) and its
+        sequences decide what a timeout does there."""
         if pending.done or pending.cancelled:
             return
         if pending.instance is not None:
             pending.instance.cancel(pending.key)
+        elif self.cfg.HasField("dynamic_batching") or self.cfg.HasField("sequence_batching"):
+            return
         elif self.scheduler is not None and self.scheduler.remove(pending):
             pending.deliver(self._error(pending, ServerError(
                 ErrorCode.UNAVAILABLE, "Request timeout expired")))
