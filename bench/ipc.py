@@ -157,8 +157,8 @@ def direct_hop(repo: Path, seconds: float) -> float:
             block = pool.alloc(small.nbytes)
             np.frombuffer(pool.view(block), np.float32)[:] = small
             desc = ("INPUT0", "FP32", (16,), block.region, block.offset, small.nbytes)
-            main_q.put(p.encode((p.EXECUTE, 1, ((1, "", 0, 0, "{}", 0, None, (desc,)),),
-                                 tuple(frees))))
+            request = (1, "", 0, 0, "{}", 0, None, (desc,), False)  # stub/protocol.py
+            main_q.put(p.encode((p.EXECUTE, 1, (request,), tuple(frees))))
             frees.clear()
             reply = p.decode(up_q.get(10))
             (_, (_, outputs, _)), = reply[3]

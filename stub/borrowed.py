@@ -1,9 +1,14 @@
-"""Blocks of other stubs' pools that this stub views: the outputs of its BLS calls.
+"""Blocks of other processes' pools that this stub views and may hand on as outputs.
 
 A model that returns a BLS output as its own output (a pipeline stage handing a tensor
 on) should not copy it: `lend` finds the block behind such an array, and the response
-names that block instead of a copy. The block stays alive (this stub keeps the array,
+names that block instead of a copy. Such a block stays alive (this stub keeps the array,
 so the BLS token is not released) until the parent gives it back with RELEASE.
+
+Large inputs of a request the parent marked lendable (its own copy, for a model with one
+response per request) are registered too, with `keep=False`: an identity-like model then
+answers without a copy, and the parent, which owns that block, frees it with the
+response instead of with the request.
 """
 
 from __future__ import annotations
@@ -16,17 +21,19 @@ import numpy as np
 
 class BorrowedBlocks:
     def __init__(self) -> None:
-        self._live: dict[int, tuple[weakref.ref, tuple[str, int, int]]] = {}
+        self._live: dict[int, tuple[weakref.ref, tuple[str, int, int], bool]] = {}
         self._lent: dict[tuple[str, int], list] = {}
         self._lock = threading.Lock()
 
-    def register(self, base: np.ndarray, region: str, offset: int, nbytes: int) -> None:
-        """`base` is a view of the whole block (region, offset, nbytes)."""
+    def register(self, base: np.ndarray, region: str, offset: int, nbytes: int,
+                 keep: bool = True) -> None:
+        """`base` is a view of the whole block (region, offset, nbytes); `keep`: this
+        stub must keep it alive while it is lent (False: its owner, the parent, does)."""
         if nbytes == 0:
             return
         pointer = base.ctypes.data
         with self._lock:
-            self._live[pointer] = (weakref.ref(base), (region, offset, nbytes))
+            self._live[pointer] = (weakref.ref(base), (region, offset, nbytes), keep)
         weakref.finalize(base, self._forget, pointer)
 
     def _forget(self, pointer: int) -> None:
@@ -44,9 +51,10 @@ class BorrowedBlocks:
             base = entry[0]() if entry is not None else None
             if base is None or base.nbytes != array.nbytes:
                 return None
-            location = entry[1]
-            lent = self._lent.setdefault(location[:2], [base, 0])
-            lent[1] += 1
+            location, keep = entry[1], entry[2]
+            if keep:
+                lent = self._lent.setdefault(location[:2], [base, 0])
+                lent[1] += 1
         return location
 
     def give_back(self, region: str, offset: int) -> bool:

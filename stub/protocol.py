@@ -50,7 +50,10 @@ BLS_RELEASE = 111  # (BLS_RELEASE, token): the outputs of a BLS response are no 
 NOTIFY = 112      # (NOTIFY, op, args): a CALL that wants no answer (metric deletes)
 
 # RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
-#               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc])
+#               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc],
+#               lendable: bool)  lendable: the input blocks are this request's own copies
+#               in the parent's pool and its model answers once: an output may name one
+#               (stub/borrowed.py), and the parent then frees it with the response.
 # ResponseMsg = (error: (code, message) | None, outputs: tuple[TensorDesc], parameters_json)
 
 

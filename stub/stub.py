@@ -229,11 +229,13 @@ class Stub:
         self.send((p.RESPONSES, batch_id, None, msgs, rescheduled))
 
     def _request(self, msg: tuple) -> InferenceRequest:
-        key, request_id, correlation_id, flags, params, timeout, requested, inputs = msg
+        key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \
+            = msg
         with self._open_lock:
             self._open.add(key)
+        lend_to = self.borrowed if lendable else None
         return InferenceRequest._incoming(
-            inputs=input_tensors(inputs, self.regions), request_id=request_id,
+            inputs=input_tensors(inputs, self.regions, lend_to), request_id=request_id,
             correlation_id=correlation_id, flags=flags, parameters_json=params,
             timeout=timeout, requested_output_names=requested or (),
             model_name="", model_version=-1, key=key)

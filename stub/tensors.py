@@ -6,16 +6,27 @@ import numpy as np
 
 from backend_utils.tensor import Tensor
 from shm.pool import Pool, RegionMap
-from shm.tensor import TensorDesc
+from shm.tensor import NUMPY_OF_DATATYPE, TensorDesc, element_count
 from stub.borrowed import BorrowedBlocks
 
 
-def input_tensors(descs: tuple, regions: RegionMap) -> list[Tensor]:
-    """pb_utils Tensors viewing the parent's buffers (no copy, BYTES parsed)."""
+LEND_MIN_BYTES = 64 * 1024  # below this a copy costs less than the bookkeeping
+
+
+def input_tensors(descs: tuple, regions: RegionMap,
+                  lend_to: BorrowedBlocks | None = None) -> list[Tensor]:
+    """pb_utils Tensors viewing the parent's buffers (no copy, BYTES parsed). With
+    `lend_to`, large numeric inputs may be handed back as outputs without a copy."""
     tensors = []
     for name, datatype, shape, region, offset, nbytes in descs:
         buffer = regions.view(region, offset, nbytes)
-        tensor = Tensor._from_triton(name, datatype, shape, buffer)
+        if lend_to is not None and nbytes >= LEND_MIN_BYTES and datatype in NUMPY_OF_DATATYPE \
+                and datatype != "BYTES":
+            base = np.frombuffer(buffer, NUMPY_OF_DATATYPE[datatype], element_count(shape))
+            lend_to.register(base, region, offset, nbytes, keep=False)
+            tensor = Tensor._from_numpy_view(name, base.reshape(shape), datatype)
+        else:
+            tensor = Tensor._from_triton(name, datatype, shape, buffer)
         # A BLS call may forward this input as it is: its bytes already are in shm.
         tensor._shm_desc = (name, datatype, shape, region, offset, nbytes)
         tensors.append(tensor)

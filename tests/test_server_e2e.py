@@ -183,3 +183,29 @@ def test_statistics_extension_counts_requests_and_executions(server):
     assert int(success["ns"]) > 0
     grpc_stats = server.grpc_client().get_inference_statistics("sleepy", as_json=True)
     assert grpc_stats["model_stats"][0]["inference_count"] == str(after["inference_count"])
+
+
+def test_large_identity_answers_from_its_input_block_and_frees_it(server):
+    """Inputs of 64 KiB and more may come back as outputs without a copy: the values
+    must be right, and the lent block must be freed with the response."""
+    client = server.http_client()
+    prefix = f"pbserve-{server.pid}-"
+
+    def shm_bytes() -> int:
+        return sum(os.stat(f"/dev/shm/{n}").st_size for n in os.listdir("/dev/shm")
+                   if n.startswith(prefix))
+
+    def echo(x: np.ndarray) -> np.ndarray:
+        result = client.infer("identity", [http_input("INPUT_FP32", x)])
+        return result.as_numpy("OUTPUT_FP32")
+
+    x = np.random.default_rng(7).random(64 * 1024, dtype=np.float32)  # 256 KiB
+    for _ in range(10):
+        np.testing.assert_array_equal(echo(x), x)
+    time.sleep(0.1)
+    before = shm_bytes()
+    for i in range(200):
+        y = x + i
+        np.testing.assert_array_equal(echo(y), y)
+    time.sleep(0.1)
+    assert shm_bytes() == before

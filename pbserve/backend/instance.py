@@ -344,7 +344,17 @@ class ModelInstance:
             response.parameters = json.loads(params)
         if outputs:
             stub = self._stub
-            response._release = lambda: self._release_outputs(outputs, stub)
+            taken = pending.take_blocks({(d[3], d[4]) for d in outputs})
+            if not taken:
+                response._release = lambda: self._release_outputs(outputs, stub)
+            else:  # some outputs are the request's own input blocks, lent back
+                lent = {(b.region, b.offset) for b in taken}
+                stub_outputs = tuple(d for d in outputs if (d[3], d[4]) not in lent)
+
+                def release() -> None:
+                    self._release_outputs(stub_outputs, stub)
+                    pending.free_blocks(taken)
+                response._release = release
             response._descs = outputs
         return response
 

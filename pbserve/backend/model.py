@@ -209,8 +209,9 @@ class Model:
         # None asked for means every output of the config (Triton's Normalize): the model
         # sees them as requested, and an output it returns that is not one is dropped.
         requested = tuple(request.requested_outputs or (o.name for o in self.cfg.output))
+        lendable = bool(blocks) and not self.decoupled
         msg = (key, request.id, request.correlation_id, request.flags, params,
-               request.timeout_us, requested, descs)
+               request.timeout_us, requested, descs, lendable)
         pending = PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
                                  streaming)
         self.stats.pending += 1

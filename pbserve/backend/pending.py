@@ -54,6 +54,18 @@ class PendingRequest:
         else:
             response.release()
 
+    def take_blocks(self, locations: set[tuple[str, int]]) -> list[Block]:
+        """The input blocks at `locations` (a response names them as outputs), handed over
+        to that response: free them with `free_blocks` when it is released; they are no
+        longer freed when the request completes."""
+        taken = [b for b in self.blocks if (b.region, b.offset) in locations]
+        if taken:
+            self.blocks = [b for b in self.blocks if b not in taken]
+        return taken
+
+    def free_blocks(self, blocks: list[Block]) -> None:
+        self._free_blocks(blocks)
+
     def _complete(self) -> None:
         self.done = True
         blocks, self.blocks = self.blocks, []
