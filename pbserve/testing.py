@@ -117,3 +117,112 @@ def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
         yield server
     finally:
         server.stop()
+
+
+class LoadedModels:
+    """A repository's models loaded in this process's backend: real stub processes and
+    shared memory, but no HTTP or gRPC server. Calls block; arrays in, arrays out.
+
+        with load_models("models/examples") as models:
+            out = models.infer("add_sub", {"INPUT0": a, "INPUT1": b})
+            assert (out["OUTPUT0"] == a + b).all()
+    """
+
+    def __init__(self, repositories: Sequence[str | os.PathLike], models: Sequence[str]) -> None:
+        import asyncio
+        import threading
+
+        from pbserve.backend.manager import ModelManager
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="pbserve-testing-loop")
+        self._thread.start()
+        mode = "explicit" if models else "none"
+        self.manager = ModelManager([Path(r) for r in repositories], control_mode=mode,
+                                    startup_models=list(models))
+        self._run(self.manager.start())
+
+    def _run(self, coroutine):
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def infer(self, model: str, inputs: dict, parameters: dict | None = None,
+              outputs: Sequence[str] | None = None) -> dict:
+        """One inference; the outputs as numpy arrays (copies). A model's error raises
+        `ServerError` with Triton's code and message."""
+        responses = self._run(self._collect(model, inputs, parameters, outputs, False))
+        return responses[0]
+
+    def stream(self, model: str, inputs: dict, parameters: dict | None = None,
+               outputs: Sequence[str] | None = None) -> list[dict]:
+        """Every response of a decoupled model (the flag-only final one as `{}`)."""
+        return self._run(self._collect(model, inputs, parameters, outputs, True))
+
+    async def _collect(self, model, inputs, parameters, outputs, streaming) -> list[dict]:
+        from pbserve.backend.types import InferRequest
+
+        request = InferRequest(model, inputs=[_tensor(n, a) for n, a in inputs.items()],
+                               requested_outputs=list(outputs) if outputs else None,
+                               parameters=dict(parameters or {}))
+        if not streaming:
+            return [_arrays(await self.manager.infer(request))]
+        return [_arrays(r) async for r in self.manager.stream_infer(request)]
+
+    def close(self) -> None:
+        try:
+            self._run(self.manager.stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+
+@contextlib.contextmanager
+def load_models(*repositories: str | os.PathLike, models: Sequence[str] = ()
+                ) -> Iterator[LoadedModels]:
+    """Load `models` (default: every model) of `repositories`; unloaded when the block
+    ends (finalize runs, shared memory is removed)."""
+    loaded = LoadedModels(repositories, models)
+    try:
+        yield loaded
+    finally:
+        loaded.close()
+
+
+def _tensor(name: str, array):
+    import numpy as np
+
+    from pbserve.backend.types import TensorData
+    from shm.tensor import bytes_items, serialize_bytes
+    from tritonclient.utils import np_to_triton_dtype
+
+    array = np.asarray(array)
+    datatype = np_to_triton_dtype(array.dtype)
+    if datatype == "BYTES":
+        data = serialize_bytes(bytes_items(array))
+    else:
+        data = memoryview(np.ascontiguousarray(array)).cast("B")
+    return TensorData(name, datatype, tuple(array.shape), data)
+
+
+def _arrays(response) -> dict:
+    """Copies of a response's outputs as numpy arrays; its shm goes back at once."""
+    import numpy as np
+
+    from shm.tensor import NUMPY_OF_DATATYPE, bytes_array
+
+    try:
+        if response.error is not None:
+            raise response.error
+        out = {}
+        for t in response.outputs:
+            if t.datatype == "BYTES":
+                out[t.name] = bytes_array(t.data, t.shape)
+            else:
+                out[t.name] = np.frombuffer(t.data, NUMPY_OF_DATATYPE[t.datatype]).reshape(
+                    t.shape).copy()
+        return out
+    finally:
+        response.release()

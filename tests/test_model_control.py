@@ -93,6 +93,9 @@ def test_precedence_defaults_then_config_then_auto_complete_then_load_override(t
                     "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [-1]}]}
         client.load_model("overridden", config=json.dumps(override))     # row 4 over 2
         assert client.get_model_config("overridden")["max_batch_size"] == 4
+        override["max_batch_size"] = 6                                   # the gRPC way
+        server.grpc_client().load_model("overridden", config=json.dumps(override))
+        assert client.get_model_config("overridden")["max_batch_size"] == 6
         x = np.ones((1, 3), np.float32)
         tensor = httpclient.InferInput("X", [1, 3], "FP32")
         tensor.set_data_from_numpy(x)
