@@ -99,7 +99,7 @@ def memcpy_bandwidth(seconds: float) -> float:
         dst = np.frombuffer(region.view(0, BIG), np.uint8)
         src = np.ones(BIG, np.uint8)
         per_copy = timed(lambda: np.copyto(dst, src), seconds)
-        del dst
+        dst = None  # the view must go before the region is closed
         return BIG / per_copy
     finally:
         region.unlink()
@@ -191,7 +191,7 @@ def in_process(repo: Path, seconds: float) -> tuple[float, float]:
     model = module.TritonPythonModel()
     results = []
     for array in (np.arange(16, dtype=np.float32), np.ones(BIG // 4, np.float32)):
-        def call() -> None:
+        def call(array: np.ndarray = array) -> None:
             req = pb_utils.InferenceRequest(
                 model_name="ident", inputs=[pb_utils.Tensor("INPUT0", array)],
                 requested_output_names=["OUTPUT0"])

@@ -44,7 +44,7 @@ class BorrowedBlocks:
 
     def lend(self, array: np.ndarray) -> tuple[str, int, int] | None:
         """The block `array` covers exactly, now lent to a response; None if none."""
-        if array.nbytes == 0 or not array.flags.c_contiguous:
+        if not self._live or array.nbytes == 0 or not array.flags.c_contiguous:
             return None
         with self._lock:
             entry = self._live.get(array.ctypes.data)

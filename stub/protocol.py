@@ -36,8 +36,9 @@ SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reas
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
 INIT_DONE = 102   # (INIT_DONE, error: str | None)
-RESPONSES = 103   # (RESPONSES, batch_id, error: str | None, responses: tuple[(key, ResponseMsg | None)],
-#                    rescheduled: tuple[key]): keys released with RESCHEDULE (not complete)
+RESPONSES = 103   # (RESPONSES, batch_id, error: str | None,
+#                    responses: tuple[(key, ResponseMsg | None)], rescheduled: tuple[key]):
+#                    rescheduled = keys released with RESCHEDULE (not complete)
 SEND = 104        # (SEND, key, response: ResponseMsg | None, flags)
 BATCH_DONE = 105  # (BATCH_DONE, batch_id, error: str | None, rescheduled: tuple[key])
 #                    decoupled execute returned

@@ -46,8 +46,7 @@ def output_desc(tensor: Tensor, pool: Pool, borrowed: BorrowedBlocks | None = No
         raw = raw.cast("B")
     block = pool.alloc(raw.nbytes)
     if raw.nbytes:
-        dst = np.frombuffer(pool.view(block), dtype=np.uint8)
-        dst[:] = np.frombuffer(raw, dtype=np.uint8)
+        pool.view(block)[:] = raw  # one memcpy, no numpy objects on the way
     return tuple(TensorDesc(tensor.name(), tensor._triton_datatype_name(), shape,
                             block.region, block.offset, raw.nbytes))
 

@@ -1,13 +1,8 @@
-"""Where a model's configuration comes from, in order of precedence (lowest first).
-
-| # | source | how it applies |
-| - | ------ | -------------- |
-| 1 | server defaults: `--model-config-defaults FILE` (a partial config.pbtxt for every model) and `--backend-config=python,default-max-batch-size=N` | fields the model does not set |
-| 2 | the model's `config.pbtxt` | replaces a default field it sets (a repeated field as a whole) |
-| 3 | `auto_complete_config` of the model | fills in what is still unset; contradicting 2 is a load error (Triton's) |
-| 4 | a load request's `config` (HTTP `POST /v2/repository/models/{m}/load`, gRPC `RepositoryModelLoad`) | replaces 2 entirely (as in Triton); defaults still fill what it leaves unset, auto-complete runs after it and may only add |
-
-`--disable-auto-complete-config` skips 3.
+"""Where a model's configuration comes from, lowest precedence first: server defaults
+(`--model-config-defaults`, `--backend-config=python,default-max-batch-size=N`), the
+model's config.pbtxt or a load request's `config` (which replaces it, as in Triton), then
+`auto_complete_config` (in the stub, later), which may only add. The table with the
+details is docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -31,9 +31,10 @@ from shm.pool import Pool, RegionMap
 log = logging.getLogger("pbserve.backend")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",
-              "schedule_policy", "model_configuration", "system_shared_memory",
-              "statistics", "binary_tensor_data", "parameters", "logging"]
+# Only what pbserve implements (Triton also lists classification, shared memory, trace,
+# logging, which pbserve refuses with a message saying so).
+EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
+              "statistics", "binary_tensor_data", "parameters", "generate"]
 
 
 @dataclass
@@ -93,7 +94,7 @@ class ModelManager:
 
     def _startup_names(self) -> list[str]:
         scanned = scan_repositories(self.repositories)
-        for name, sources in scanned.duplicates.items():
+        for name in scanned.duplicates:
             entry = self._entry(name)
             entry.failed = True
             entry.reason = "failed to poll from model repository: model is not unique"

@@ -13,13 +13,14 @@ from shm.pool import Block
 class PendingRequest:
     """What the parent keeps for a request between its arrival and its final response.
 
-    Its input blocks live in the parent's pool until the request completes; `finish`
-    frees them and tells the sink. Responses go to `deliver`, which a unary caller reads
-    through `future` and a streaming caller through `stream`.
+    Its input blocks live in the parent's pool until the request completes (or, lent
+    back as outputs, until that response is released). Responses go to `deliver`, which
+    a unary caller reads through `future` and a streaming caller through `stream`.
     """
 
     __slots__ = ("key", "request", "inputs", "blocks", "batch_size", "future", "stream",
-                 "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done", "cancelled", "instance")
+                 "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done",
+                 "cancelled", "instance")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
                  batch_size: int, free_blocks: Callable[[list[Block]], None],

@@ -22,7 +22,8 @@ class TritonPythonModel:
                             in_0.as_numpy() - in_1.as_numpy())
             out_tensor_0 = pb_utils.Tensor("OUTPUT0", out_0.astype(self.output0_dtype))
             out_tensor_1 = pb_utils.Tensor("OUTPUT1", out_1.astype(self.output1_dtype))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out_tensor_0, out_tensor_1]))
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=[out_tensor_0, out_tensor_1]))
         return responses
 
     def finalize(self):
