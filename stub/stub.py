@@ -217,6 +217,9 @@ class Stub:
             error = (f"Failed to process the request(s) for model '{self.instance_name}', "
                      f"message: {_describe(exc)}")
             self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
+            for req in built:  # as Triton: the batch is over, its senders are closed
+                req.get_response_sender()._close()
+                self.request_closed(req._key)
             kind = p.BATCH_DONE if self.decoupled else p.RESPONSES
             self.send((kind, batch_id, error, ()) if self.decoupled
                       else (kind, batch_id, error, (), ()))
