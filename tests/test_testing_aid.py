@@ -27,3 +27,13 @@ def test_load_models_infers_and_streams_with_real_stubs():
         with pytest.raises(ServerError) as err:
             models.infer("add_sub", {"INPUT0": a})
         assert err.value.code == ErrorCode.INVALID_ARG and "INPUT1" in err.value.message
+
+
+def test_auto_complete_example_has_no_config_file_and_batches():
+    logits = np.array([[0.0, 0.0], [1.0, 3.0]], dtype=np.float32)
+    with load_models(EXAMPLES, models=["auto_complete"]) as models:
+        config = models.manager.model_config("auto_complete")
+        assert config["max_batch_size"] == 8 and "dynamic_batching" in config
+        scores = models.infer("auto_complete", {"LOGITS": logits})["SCORES"]
+    np.testing.assert_allclose(scores.sum(axis=1), [1.0, 1.0], rtol=1e-6)
+    assert scores[0, 0] == pytest.approx(0.5) and scores[1, 1] > scores[1, 0]
