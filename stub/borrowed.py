@@ -26,15 +26,22 @@ class BorrowedBlocks:
         self._lock = threading.Lock()
 
     def register(self, base: np.ndarray, region: str, offset: int, nbytes: int,
-                 keep: bool = True) -> None:
+                 keep: bool = True) -> int | None:
         """`base` is a view of the whole block (region, offset, nbytes); `keep`: this
-        stub must keep it alive while it is lent (False: its owner, the parent, does)."""
+        stub must keep it alive while it is lent (False: its owner, the parent, does, and
+        the caller must `unregister` it when that may end). The key to unregister it."""
         if nbytes == 0:
-            return
+            return None
         pointer = base.ctypes.data
         with self._lock:
             self._live[pointer] = (weakref.ref(base), (region, offset, nbytes), keep)
         weakref.finalize(base, self._forget, pointer)
+        return pointer
+
+    def unregister(self, pointer: int) -> None:
+        """No longer lend that block (its request is over: the parent may reuse it)."""
+        with self._lock:
+            self._live.pop(pointer, None)
 
     def _forget(self, pointer: int) -> None:
         with self._lock:

@@ -189,7 +189,8 @@ class Stub:
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
             self._free(frees)
-        built = [self._request(r) for r in requests]
+        lent: list[int] = []  # inputs that may be answered as they are, during this call
+        built = [self._request(r, lent) for r in requests]
         keys = tuple(r._key for r in built)
         context = CURRENT_KEYS.set(keys)
         try:
@@ -226,19 +227,21 @@ class Stub:
             return
         finally:
             CURRENT_KEYS.reset(context)
+            for pointer in lent:  # the parent may reuse these blocks once it has the answer
+                self.borrowed.unregister(pointer)
         for req, resp in zip(built, responses):
             if resp is not None:
                 self.request_closed(req._key)
         self.send((p.RESPONSES, batch_id, None, msgs, rescheduled))
 
-    def _request(self, msg: tuple) -> InferenceRequest:
+    def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \
             = msg
         with self._open_lock:
             self._open.add(key)
         lend_to = self.borrowed if lendable else None
         return InferenceRequest._incoming(
-            inputs=input_tensors(inputs, self.regions, lend_to), request_id=request_id,
+            inputs=input_tensors(inputs, self.regions, lend_to, lent), request_id=request_id,
             correlation_id=correlation_id, flags=flags, parameters_json=params,
             timeout=timeout, requested_output_names=requested or (),
             model_name="", model_version=-1, key=key)

@@ -13,17 +13,20 @@ from stub.borrowed import BorrowedBlocks
 LEND_MIN_BYTES = 64 * 1024  # below this a copy costs less than the bookkeeping
 
 
-def input_tensors(descs: tuple, regions: RegionMap,
-                  lend_to: BorrowedBlocks | None = None) -> list[Tensor]:
+def input_tensors(descs: tuple, regions: RegionMap, lend_to: BorrowedBlocks | None = None,
+                  lent: list[int] | None = None) -> list[Tensor]:
     """pb_utils Tensors viewing the parent's buffers (no copy, BYTES parsed). With
-    `lend_to`, large numeric inputs may be handed back as outputs without a copy."""
+    `lend_to`, large numeric inputs may be handed back as outputs without a copy, until
+    the keys appended to `lent` are unregistered (when the request's answer is made)."""
     tensors = []
     for name, datatype, shape, region, offset, nbytes in descs:
         buffer = regions.view(region, offset, nbytes)
         if lend_to is not None and nbytes >= LEND_MIN_BYTES and datatype in NUMPY_OF_DATATYPE \
                 and datatype != "BYTES":
             base = np.frombuffer(buffer, NUMPY_OF_DATATYPE[datatype], element_count(shape))
-            lend_to.register(base, region, offset, nbytes, keep=False)
+            pointer = lend_to.register(base, region, offset, nbytes, keep=False)
+            if pointer is not None and lent is not None:
+                lent.append(pointer)
             tensor = Tensor._from_numpy_view(name, base.reshape(shape), datatype)
         else:
             tensor = Tensor._from_triton(name, datatype, shape, buffer)

@@ -198,3 +198,18 @@ def test_opted_in_coroutine_is_cancelled_with_its_request(server, tmp_path):
     assert error is None and result.as_numpy("STARTED")[0]
     client.stop_stream(cancel_requests=True)
     assert wait_for_json(marker) == {"coroutine": "cancelled"}
+
+
+def test_an_input_is_lent_back_only_for_the_request_it_belongs_to(server):
+    """identity may answer a client's large input from that input's own block; the same
+    memory reaching it later through a BLS call (not its request's own copy) must be
+    copied, or the outer request would free it under the answer."""
+    client = server.http_client()
+    x = np.random.default_rng(3).random(64 * 1024, dtype=np.float32)  # 256 KiB
+    for _ in range(5):
+        direct = client.infer("identity", [h_in("INPUT_FP32", x)])
+        np.testing.assert_array_equal(direct.as_numpy("OUTPUT_FP32"), x)
+        forwarded = client.infer("bls_forward", [h_in("INPUT_FP32", x)])
+        np.testing.assert_array_equal(forwarded.as_numpy("OUTPUT_FP32"), x)
+    time.sleep(0.2)
+    assert "unknown block" not in server.log_text()
