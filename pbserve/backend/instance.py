@@ -19,8 +19,8 @@ from stub import protocol as p
 
 log = logging.getLogger("pbserve.backend")
 
-START_TIMEOUT_S = 60.0
-FINALIZE_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0  # interpreter start-up to the stub's handshake
+FINALIZE_TIMEOUT_S = 30.0  # `finalize` of the model, then the process is killed
 RELEASE_DELAY_S = 0.005
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
@@ -98,7 +98,8 @@ class ModelInstance:
             await self.launch()
         try:
             self._stub.send((p.INIT, self.init_args, self.model_path, self.decoupled))
-            reply = await self._expect(p.INIT_DONE, "initialize")
+            # No time limit: a model may load for long; a stub that dies ends the wait.
+            reply = await self._expect(p.INIT_DONE, "initialize", None)
             if reply[1] is not None:
                 raise ServerError(ErrorCode.INVALID_ARG,
                                   f"failed to load '{self.model_name}': {reply[1]}")
@@ -126,7 +127,7 @@ class ModelInstance:
         config as JSON, or None when the model does not define it."""
         assert self._stub is not None
         self._stub.send((p.AUTO_COMPLETE, self.model_path, config_json))
-        reply = await self._expect(p.AUTO_COMPLETED, "auto-complete its config")
+        reply = await self._expect(p.AUTO_COMPLETED, "auto-complete its config", None)
         if reply[1] is not None:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
@@ -135,13 +136,14 @@ class ModelInstance:
                               f"{reply[1]}")
         return reply[2]
 
-    async def _expect(self, kind: int, what: str) -> tuple:
+    async def _expect(self, kind: int, what: str, timeout: float | None = START_TIMEOUT_S
+                      ) -> tuple:
         self._waiter = self._loop.create_future()
         try:
-            reply = await asyncio.wait_for(self._waiter, START_TIMEOUT_S)
+            reply = await asyncio.wait_for(self._waiter, timeout)
         except asyncio.TimeoutError:
             raise internal(f"model instance '{self.name}' did not {what} within "
-                           f"{START_TIMEOUT_S:.0f} s") from None
+                           f"{timeout:.0f} s") from None
         finally:
             self._waiter = None
         if reply[0] != kind:
@@ -160,7 +162,7 @@ class ModelInstance:
             try:
                 self._flush_frees()
                 stub.send((p.FINALIZE,))
-                await self._expect(p.FINALIZED, "finalize")
+                await self._expect(p.FINALIZED, "finalize", FINALIZE_TIMEOUT_S)
             except ServerError as err:
                 log.warning("%s", err.message)
             if not await stub.wait_exit(5.0):
