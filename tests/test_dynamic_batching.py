@@ -297,3 +297,33 @@ async def test_preferred_batch_sizes_and_the_queue_delay_choose_the_batch():
     assert instance.ran == [[1, 2, 3, 4]]
     scheduler._loop.advance(0.06)
     assert instance.ran == [[1, 2, 3, 4], [5]]
+
+
+async def test_a_queue_timeout_still_fires_after_the_queue_delay_timer_sent_a_batch():
+    scheduler, instance = scheduler_for("""
+        name: "m" max_batch_size: 8
+        dynamic_batching { max_queue_delay_microseconds: 50000
+                           default_queue_policy { default_timeout_microseconds: 100000 } }""")
+    instance.ready = True
+    submit(scheduler, 1)  # waits for company: the delay timer replaces the timeout's
+    scheduler._loop.advance(0.06)
+    assert instance.ran == [[1]]
+    instance.ready = False  # busy from now on
+    late = submit(scheduler, 2)
+    scheduler._loop.advance(0.2)  # past its queue timeout while the instance is busy
+    assert late.done and late.future.result().error.message == "Request timeout expired"
+
+
+async def test_a_cancelled_caller_does_not_hold_back_the_responses_ordered_after_it():
+    from pbserve.backend.types import InferResponse
+
+    scheduler, instance = scheduler_for("""
+        name: "m" max_batch_size: 2
+        dynamic_batching { preserve_ordering: true }""")
+    instance.ready = True
+    first, second = submit(scheduler, 1), submit(scheduler, 2)
+    assert instance.ran == [[1], [2]]
+    first.future.cancel()  # its client went away (the awaiting task was cancelled)
+    second.deliver(InferResponse("m", "1", "2"))
+    assert second.future.done() and second.future.result().id == "2"
+    first.deliver(InferResponse("m", "1", "1"))  # released unread, as before

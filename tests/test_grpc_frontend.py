@@ -43,12 +43,12 @@ def to_bytes_layout(items: list[bytes]) -> bytes:
 class FakeCore:
     """Models: identity (IN_x -> OUT_x, any dtype), params (echoes the decoded request),
     model_error / model_invalid (error responses), sleepy (UNAVAILABLE), delay (sleeps
-    DELAY_MS then echoes it), repeat (decoupled: N responses then a flag-only final),
+    DELAY_MS then echoes it), huge_param (a response parameter gRPC cannot carry), repeat (decoupled: N responses then a flag-only final),
     endless (decoupled: responds until cancelled)."""
 
     DECOUPLED = frozenset({"repeat", "endless"})
     MODELS = frozenset({"identity", "params", "model_error", "model_invalid", "sleepy",
-                        "delay", *DECOUPLED})
+                        "delay", "huge_param", *DECOUPLED})
 
     def __init__(self) -> None:
         self.made = 0
@@ -147,6 +147,8 @@ class FakeCore:
             return self._response(request, [], internal(
                 "Failed to process the request(s) for model 'model_error_0_0', message: "
                 "ValueError: boom"))
+        if name == "huge_param":  # an int beyond int64: no InferParameter can hold it
+            return self._response(request, [], parameters={"huge": 2**64})
         if name == "model_invalid":
             return self._response(request, [], invalid_arg("model_invalid: no negatives"))
         if name == "delay":
@@ -565,6 +567,17 @@ def test_stream_keeps_arrival_order_for_non_decoupled_models(server, core):
     ids = [stream.next()[0].get_response().id for _ in range(3)]
     stream.close()
     assert ids == ["slow", "fast", "mid"]
+    assert_all_released(core)
+
+
+def test_stream_answers_a_request_whose_response_cannot_be_encoded(server, core):
+    stream = Stream(server)
+    stream.send("huge_param", [g_in("IN_A", SAMPLES["INT32"])], "huge")
+    stream.send("identity", [g_in("IN_A", SAMPLES["INT32"])], "after")
+    first, second = stream.next(), stream.next()
+    stream.close()
+    assert first[1] is not None and "out of range" in first[1].message()
+    assert second[1] is None and second[0].get_response().id == "after"
     assert_all_released(core)
 
 

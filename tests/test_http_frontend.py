@@ -13,6 +13,7 @@ import json
 import socket
 import threading
 import time
+import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -28,6 +29,8 @@ from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server import jsonio
 from pbserve.server.http import start_http_server, start_metrics_server
+from pbserve.server.http_messages import HttpReply, HttpStreamReply
+from pbserve.server.http_protocol import HttpConnection
 
 NUMPY = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
          "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
@@ -611,6 +614,96 @@ def test_expect_continue_and_chunked_body(server):
 def test_malformed_http_is_400_and_closes(server):
     received = exchange(server, b"BLAH\x00 / HTTP/1.1\r\n\r\n", 1)
     assert received.startswith(b"HTTP/1.1 400")
+
+
+def test_a_claimed_content_length_allocates_nothing_before_the_body_arrives(server):
+    claimed = 256 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.http.port), timeout=10) as sock:
+            sock.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: %d\r\n\r\n{" % claimed)
+            time.sleep(0.3)  # the server has read the head and the first byte
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < claimed // 16
+
+
+class StalledTransport(asyncio.Transport):
+    """A peer that reads nothing: whatever is written stays in the transport's buffer,
+    so the protocol is paused from the first write on."""
+
+    def __init__(self, protocol: asyncio.Protocol) -> None:
+        super().__init__()
+        self.protocol = protocol
+        self.written: list[bytes] = []
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def write(self, data) -> None:
+        self.written.append(bytes(data))
+        self.protocol.pause_writing()
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+async def stalled_connection(handler) -> tuple[HttpConnection, StalledTransport]:
+    connection = HttpConnection(handler, set())
+    transport = StalledTransport(connection)
+    connection.connection_made(transport)
+    return connection, transport
+
+
+async def test_replies_wait_for_a_peer_that_reads_none_of_them():
+    handled = []
+
+    async def handler(request):
+        handled.append(request.path)
+        return HttpReply(200, (b"{}",))
+
+    connection, _ = await stalled_connection(handler)
+    connection.data_received(b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n" * 10)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(handled) == 1  # the next reply waits until the first one left
+    connection.resume_writing()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(handled) == 2
+    connection.connection_lost(None)
+
+
+async def test_a_stream_is_not_read_ahead_of_a_peer_that_reads_nothing():
+    pulled = []
+
+    async def events():
+        for i in range(1000):
+            await asyncio.sleep(0)
+            pulled.append(i)
+            yield b"data: {}\n\n"
+
+    async def handler(request):
+        return HttpStreamReply(events())
+
+    connection, _ = await stalled_connection(handler)
+    connection.data_received(b"POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert len(pulled) <= 2
+    connection.connection_lost(None)
+    await asyncio.sleep(0)
 
 
 # --- generate extension -----------------------------------------------------------------

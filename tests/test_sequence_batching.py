@@ -231,3 +231,99 @@ def test_a_decoupled_model_streams_one_response_per_rescheduled_pass(server):
         client.stop_stream()
         client.close()
     assert passes == [1, 2, 3]
+
+
+# -- the batcher's bookkeeping, on a hand-driven clock (no server) ------------------------
+
+class FakeLoop:
+    """Loop time and timers the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback):
+        loop = self
+
+        class Handle:
+            def when(self) -> float:
+                return when
+
+            def cancel(self) -> None:
+                if entry in loop.timers:
+                    loop.timers.remove(entry)
+
+        entry = (when, callback, Handle())
+        self.timers.append(entry)
+        return entry[2]
+
+    def call_later(self, delay: float, callback):
+        return self.call_at(self.now + delay, callback)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for entry in sorted((t for t in self.timers if t[0] <= self.now), key=lambda t: t[0]):
+            if entry in self.timers:
+                self.timers.remove(entry)
+                entry[1]()
+
+
+class FakeInstance:
+    ready = True
+
+    def __init__(self) -> None:
+        self.ran: list[list[int]] = []
+        self.terminated: list[tuple] = []
+
+    def execute(self, batch) -> None:
+        self.ran.append([p.key for p in batch])
+
+    def sequence_terminated(self, correlation_id, reason) -> None:
+        self.terminated.append((correlation_id, reason))
+
+
+def batcher_for(config: str):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from pbserve.backend.sequence_batcher import SequenceBatcher
+
+    cfg = text_format.Parse(config, mc.ModelConfig())
+    batcher = SequenceBatcher(cfg, lambda pending, name, datatype, shape, data: ())
+    batcher._loop = FakeLoop()
+    instance = FakeInstance()
+    batcher.instances = [instance]
+    return batcher, instance
+
+
+def seq_submit(batcher, key: int, corrid: int | str = 0, flags: int = 0):
+    from pbserve.backend.pending import PendingRequest
+    from pbserve.backend.types import InferRequest
+
+    request = InferRequest("m", id=str(key), correlation_id=corrid, flags=flags)
+    msg = (key, request.id, corrid, flags, "{}", 0, (), (), False)
+    pending = PendingRequest(key, request, msg, [], 1, lambda blocks: None, False)
+    batcher.submit(pending)
+    return pending
+
+
+async def test_a_reschedule_refused_after_an_idle_timeout_gives_the_slot_back():
+    batcher, instance = batcher_for("""
+        name: "m" max_batch_size: 1
+        sequence_batching { iterative_sequence: true max_sequence_idle_microseconds: 100000 }
+        """)
+    first = seq_submit(batcher, 1)
+    assert instance.ran == [[1]]
+    instance.ready = False
+    batcher._loop.advance(0.2)  # its execute outlasts the idle timeout: the sequence ends
+    batcher.reschedule(first)  # too late to run again: refused
+    assert first.done
+    instance.ready = True
+    batcher.on_idle(instance)
+    assert instance.terminated == [(1, "idle_timeout")]
+    assert batcher._entries == {}
+    seq_submit(batcher, 2)  # the only slot is free again
+    assert instance.ran == [[1], [2]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -209,3 +210,30 @@ def test_large_identity_answers_from_its_input_block_and_frees_it(server):
         np.testing.assert_array_equal(echo(y), y)
     time.sleep(0.1)
     assert shm_bytes() == before
+
+
+def test_a_failed_restart_is_tried_again_and_queued_requests_wait_for_it(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(__file__).resolve().parent / "models_restart", repo)
+    marker = repo / "flaky_init" / "fail_init"
+    with running_server(repo, log_path=tmp_path / "log") as srv:
+        def call() -> int:  # a client per call: they are used from two threads
+            result = srv.http_client().infer("flaky_init",
+                                             [http_input("X", np.array([0], np.int32))])
+            return int(result.as_numpy("PID")[0])
+
+        pid = call()
+        marker.touch()
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while "restart of 'flaky_init_0' failed" not in srv.log_text():
+            assert time.monotonic() < deadline, "the restart did not fail as it should"
+            time.sleep(0.05)
+        answer: dict = {}
+        waiter = threading.Thread(target=lambda: answer.setdefault("pid", call()))
+        waiter.start()
+        time.sleep(0.3)
+        assert waiter.is_alive(), "the queued request must wait for a working instance"
+        marker.unlink()
+        waiter.join(30)
+        assert answer.get("pid") not in (None, pid)

@@ -22,6 +22,8 @@ log = logging.getLogger("pbserve.backend")
 START_TIMEOUT_S = 60.0  # interpreter start-up to the stub's handshake
 FINALIZE_TIMEOUT_S = 30.0  # `finalize` of the model, then the process is killed
 RELEASE_DELAY_S = 0.005
+RESTART_PAUSE_S = 0.5  # after a failed restart; doubles up to the max
+RESTART_PAUSE_MAX_S = 30.0
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
@@ -200,14 +202,23 @@ class ModelInstance:
         self._loop.create_task(self._restart())
 
     async def _restart(self) -> None:
-        await self._discard_stub()
-        self.restarts += 1
-        try:
-            await self.start()
-        except ServerError as err:
-            log.error("restart of '%s' failed: %s", self.name, err.message)
-            self.state = InstanceState.STOPPED
-            return
+        """Start a new stub; if that fails, try again with a growing pause (queued
+        requests wait), until it works or the model is unloaded."""
+        pause = RESTART_PAUSE_S
+        while True:
+            await self._discard_stub()
+            self.restarts += 1
+            try:
+                await self.start()
+                break
+            except ServerError as err:
+                log.error("restart of '%s' failed: %s; trying again in %.1f s", self.name,
+                          err.message, pause)
+            self.state = InstanceState.RESTARTING
+            await asyncio.sleep(pause)
+            if self.state is not InstanceState.RESTARTING:
+                return  # unloaded meanwhile
+            pause = min(pause * 2, RESTART_PAUSE_MAX_S)
         self._on_idle(self)
 
     def _fail_inflight(self, message: str, code: ErrorCode) -> None:

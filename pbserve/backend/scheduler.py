@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -72,6 +72,17 @@ def choose_batch(items: Iterable[tuple[int, float]], preferred: frozenset[int],
     if saturated or size >= max_preferred or exceeded or delay_s <= 0:
         return count, 0.0
     return 0, oldest + delay_s
+
+
+def arm(loop: asyncio.AbstractEventLoop, timer: asyncio.TimerHandle | None, when: float,
+        callback: Callable[[], None]) -> asyncio.TimerHandle:
+    """One timer serves every wait of a batcher: `timer` when it fires by `when`, else
+    (cancelling it) a new one at `when`."""
+    if timer is not None:
+        if timer.when() <= when:
+            return timer
+        timer.cancel()
+    return loop.call_at(when, callback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +149,20 @@ class _Ordering:
         else:
             sink.held.append(response)
 
+    def leave(self, sink: _OrderedFuture) -> None:
+        """The caller is gone (its future cancelled): no response of it will be offered,
+        so those after it stop waiting for it."""
+        if not sink.in_line:
+            return
+        sink.in_line = False
+        for response in sink.held:
+            response.release()
+        sink.held = []
+        was_head = self._line[0] is sink
+        self._line.remove(sink)
+        if was_head:
+            self._flush()
+
     def _flush(self) -> None:
         while self._line:
             head = self._line[0]
@@ -160,6 +185,12 @@ class _OrderedFuture(asyncio.Future):
 
     def set_result(self, result: InferResponse) -> None:
         self.ordering.offer(self, result)
+
+    def cancel(self, msg: object = None) -> bool:
+        cancelled = super().cancel(msg)
+        if cancelled:
+            self.ordering.leave(self)
+        return cancelled
 
     def emit(self, response: InferResponse) -> None:
         if self.done():  # its caller is gone
@@ -203,16 +234,10 @@ class Scheduler:
         for level, policy in db.priority_queue_policy.items():
             self._add_level(level, QueuePolicy.of(policy))
         self._add_level(self._default_level, self._default_policy)
-        self._timed = any(lv.policy.timed for lv in self._levels.values()) \
-            or self._default_policy.timed
         self._size = 0
         self._next_deadline = math.inf
         self._timer: asyncio.TimerHandle | None = None
         self._ordering = _Ordering() if self._batching and db.preserve_ordering else None
-
-    @property
-    def queued(self) -> int:
-        return self._size
 
     def _add_level(self, level: int, policy: QueuePolicy) -> _Level:
         lv = self._levels[level] = _Level(policy)
@@ -261,8 +286,6 @@ class Scheduler:
         reject(pending, ErrorCode.INVALID_ARG, RESCHEDULE_UNSUPPORTED)
 
     def dispatch(self) -> None:
-        if not self._size:
-            return
         for instance in self.instances:
             if not self._size:
                 return
@@ -340,18 +363,15 @@ class Scheduler:
 
     # -- timers -------------------------------------------------------------------------
     def _arm(self, when: float) -> None:
-        timer = self._timer
-        if timer is not None:
-            if timer.when() <= when:
-                return
-            timer.cancel()
-        self._timer = self._loop.call_at(when, self._on_timer)
+        self._timer = arm(self._loop, self._timer, when, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
         now = self._loop.time()
         if now >= self._next_deadline:
             self._expire(now)
+        elif self._next_deadline < math.inf:  # it fired for the queue delay
+            self._arm(self._next_deadline)
         self.dispatch()
 
     def _expire(self, now: float) -> None:

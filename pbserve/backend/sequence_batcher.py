@@ -39,7 +39,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pbserve.backend.instance import RESCHEDULE_UNSUPPORTED, ModelInstance
 from pbserve.backend.model_config import datatype_of
 from pbserve.backend.pending import PendingRequest
-from pbserve.backend.scheduler import choose_batch, reject
+from pbserve.backend.scheduler import arm, choose_batch, reject
 from pbserve.backend.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
 from pbserve.errors import ErrorCode
 
@@ -167,12 +167,6 @@ class SequenceBatcher:
         self._free = [slot for slots in self._slots.values() for slot in slots]
         heapq.heapify(self._free)
 
-    @property
-    def queued(self) -> int:
-        in_slots = sum(len(slot.seq.queue) for slots in self._slots.values()
-                       for slot in slots if slot.seq is not None)
-        return in_slots + sum(len(seq.queue) for seq in self._backlog)
-
     # -- the surface Model uses ---------------------------------------------------------
     def submit(self, pending: PendingRequest) -> None:
         request = pending.request
@@ -220,10 +214,10 @@ class SequenceBatcher:
             reject(pending, ErrorCode.CANCELLED,
                    f"request for model '{self._name}' was cancelled")
             return
-        entry.rescheduled = True
         entry.flags = 0  # Triton: neither START nor END
         entry.queued_s = self._loop.time()
-        self._enqueue(entry)
+        # Refused (its sequence ended meanwhile): it completes, as a final request does.
+        entry.rescheduled = self._enqueue(entry)
 
     def dispatch(self) -> None:
         for instance in self._instances:
@@ -262,11 +256,8 @@ class SequenceBatcher:
             for entry in seq.queue:
                 self._entries.pop(entry.pending.key, None)
             seq.queue.clear()
-            slot = seq.slot
-            if slot is not None:
-                slot.seq = seq.slot = None
-                if seq.seen and seq.ended != _ENDED:
-                    slot.instance.sequence_terminated(seq.corrid, seq.ended or UNLOAD)
+            if seq.slot is not None:
+                self._vacate(seq, seq.ended or UNLOAD)
         self._backlog.clear()
         self._active.clear()
         self._last_seen.clear()
@@ -329,18 +320,23 @@ class SequenceBatcher:
     def _release_if_done(self, seq: _Sequence) -> None:
         """Give the slot of an ended sequence to the next one, once nothing of it is
         queued or running; the model hears of an early end."""
-        slot = seq.slot
-        if slot is None or seq.ended is None or seq.queue or seq.running:
+        if seq.slot is None or seq.ended is None or seq.queue or seq.running:
             return
-        slot.seq = seq.slot = None
-        if seq.seen and seq.ended != _ENDED:
-            slot.instance.sequence_terminated(seq.corrid, seq.ended)
+        slot = self._vacate(seq, seq.ended)
         while self._backlog:
             waiting = self._backlog.popleft()
             if waiting.queue:
                 slot.seq, waiting.slot = waiting, slot
                 return
         heapq.heappush(self._free, slot)
+
+    def _vacate(self, seq: _Sequence, how: str) -> _Slot:
+        """Take `seq` off its slot; the model hears of an end without END."""
+        slot = seq.slot
+        slot.seq = seq.slot = None
+        if seq.seen and how != _ENDED:
+            slot.instance.sequence_terminated(seq.corrid, how)
+        return slot
 
     def _completed(self, entry: _Entry) -> None:
         seq = entry.seq
@@ -461,12 +457,7 @@ class SequenceBatcher:
         return tuple(made)
 
     def _arm(self, when: float) -> None:
-        timer = self._timer
-        if timer is not None:
-            if timer.when() <= when:
-                return
-            timer.cancel()
-        self._timer = self._loop.call_at(when, self._on_timer)
+        self._timer = arm(self._loop, self._timer, when, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -36,7 +36,6 @@ EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
 _UINT64 = (1 << 64) - 1
 
 InputTensor = pb.ModelInferRequest.InferInputTensor
-OutputTensor = pb.ModelInferResponse.InferOutputTensor
 
 # contents field -> (the datatypes it may carry, little-endian numpy dtype per datatype).
 # As Triton: int_contents carries INT8/INT16/INT32 (each element truncated to the

@@ -38,7 +38,6 @@ log = logging.getLogger("pbserve.grpc")
 
 _DECOUPLED_UNARY = ("ModelInfer RPC doesn't support models with decoupled transaction "
                     "policy")
-_REPOSITORY_NAME = "'repository_name' specification is not supported"
 
 
 async def abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
@@ -51,6 +50,12 @@ async def abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> 
 
 def _unsupported(what: str) -> ServerError:
     return ServerError(ErrorCode.UNSUPPORTED, f"{what} is not supported by pbserve")
+
+
+def _refuse_repository_name(name: str) -> None:
+    if name:
+        raise ServerError(ErrorCode.UNSUPPORTED,
+                          "'repository_name' specification is not supported")
 
 
 class InferenceServicer(GRPCInferenceServiceServicer):
@@ -150,8 +155,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                               context: grpc.aio.ServicerContext
                               ) -> pb.RepositoryIndexResponse:
         def produce() -> pb.RepositoryIndexResponse:
-            if request.repository_name:
-                raise ServerError(ErrorCode.UNSUPPORTED, _REPOSITORY_NAME)
+            _refuse_repository_name(request.repository_name)
             index = pb.RepositoryIndexResponse.ModelIndex
             return pb.RepositoryIndexResponse(models=[
                 index(name=e["name"], version=str(e.get("version", "")),
@@ -163,8 +167,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                                   context: grpc.aio.ServicerContext
                                   ) -> pb.RepositoryModelLoadResponse:
         try:
-            if request.repository_name:
-                raise ServerError(ErrorCode.UNSUPPORTED, _REPOSITORY_NAME)
+            _refuse_repository_name(request.repository_name)
             config, files = _load_parameters(request)
             await self._core.load_model(request.model_name, config=config, files=files)
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
@@ -175,17 +178,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                                     context: grpc.aio.ServicerContext
                                     ) -> pb.RepositoryModelUnloadResponse:
         try:
-            if request.repository_name:
-                raise ServerError(ErrorCode.UNSUPPORTED, _REPOSITORY_NAME)
-            dependents = False
-            param = request.parameters.get("unload_dependents")
-            if param is not None:
-                if param.WhichOneof("parameter_choice") != "bool_param":
-                    raise ServerError(ErrorCode.INVALID_ARG,
-                                      "invalid value type for 'unload_dependents' "
-                                      "parameter, expected bool_param.")
-                dependents = param.bool_param
-            await self._core.unload_model(request.model_name, unload_dependents=dependents)
+            _refuse_repository_name(request.repository_name)
+            await self._core.unload_model(request.model_name,
+                                          unload_dependents=_unload_dependents(request))
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             await abort(context, exc, "RepositoryModelUnload")
         return pb.RepositoryModelUnloadResponse()
@@ -245,3 +240,13 @@ def _load_parameters(request: pb.RepositoryModelLoadRequest
         else:
             raise ServerError(ErrorCode.INVALID_ARG, f"unrecognized load parameter '{key}'.")
     return config, files or None
+
+
+def _unload_dependents(request: pb.RepositoryModelUnloadRequest) -> bool:
+    param = request.parameters.get("unload_dependents")
+    if param is None:
+        return False
+    if param.WhichOneof("parameter_choice") != "bool_param":
+        raise ServerError(ErrorCode.INVALID_ARG, "invalid value type for 'unload_dependents' "
+                          "parameter, expected bool_param.")
+    return param.bool_param

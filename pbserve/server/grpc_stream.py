@@ -136,12 +136,12 @@ class StreamSession:
                      infer_request: InferRequest) -> pb.ModelStreamInferResponse:
         try:
             response = await self._core.infer(infer_request)
+            try:
+                return response_message(request, response)
+            finally:
+                response.release()
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
             return refused_message(request, _logged(exc))
-        try:
-            return response_message(request, response)
-        finally:
-            response.release()
 
     async def _serve_decoupled(self, request: pb.ModelInferRequest,
                                infer_request: InferRequest, empty_final: bool) -> None:
@@ -181,20 +181,22 @@ def response_message(request: pb.ModelInferRequest,
         infer_response = encode_infer_response(response)
         message = pb.ModelStreamInferResponse(infer_response=infer_response)
     else:
-        message = pb.ModelStreamInferResponse(
-            error_message=error.message,
-            infer_response=pb.ModelInferResponse(
-                id=request.id, model_name=request.model_name,
-                model_version=request.model_version))
+        message = pb.ModelStreamInferResponse(error_message=error.message,
+                                              infer_response=_bare_response(request))
     message.infer_response.parameters[FINAL_KEY].bool_param = response.final
     return message
 
 
 def empty_final_message(request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
-    message = pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(
-        id=request.id, model_name=request.model_name, model_version=request.model_version))
+    message = pb.ModelStreamInferResponse(infer_response=_bare_response(request))
     message.infer_response.parameters[FINAL_KEY].bool_param = True
     return message
+
+
+def _bare_response(request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    """A response naming the request, with no outputs."""
+    return pb.ModelInferResponse(id=request.id, model_name=request.model_name,
+                                 model_version=request.model_version)
 
 
 def refused_message(request: pb.ModelInferRequest,

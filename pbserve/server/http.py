@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from pbserve.backend.api import InferenceCore
-from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
-from pbserve.server.http_protocol import HttpConnection
+from pbserve.server.http_messages import HttpReply, HttpRequest, method_not_allowed, not_found
+from pbserve.server.http_protocol import Handler, HttpConnection
 from pbserve.server.http_routes import Routes
 
 log = logging.getLogger("pbserve.http")
@@ -25,8 +24,6 @@ log = logging.getLogger("pbserve.http")
 CONTENT_METRICS = b"text/plain; version=0.0.4; charset=utf-8"
 # How long close() lets requests in progress finish before cutting them off.
 CLOSE_GRACE_S = 5.0
-
-Handler = Callable[[HttpRequest], Awaitable["HttpReply | HttpStreamReply"]]
 
 
 class HttpServer:
@@ -79,9 +76,9 @@ async def start_metrics_server(core: InferenceCore, host: str, port: int) -> Htt
 
     async def metrics(request: HttpRequest) -> HttpReply:
         if request.path != "/metrics":
-            return message_reply(404, "Not Found")
+            return not_found()
         if request.method != b"GET":
-            return message_reply(405, "Method Not Allowed")
+            return method_not_allowed()
         return HttpReply(200, (core.metrics_text().encode(),), CONTENT_METRICS)
 
     return await serve(metrics, host, port)

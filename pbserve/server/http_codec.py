@@ -39,8 +39,6 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
         "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
     }.items()
 }
-ITEM_SIZES = {name: dtype.itemsize for name, dtype in NUMPY_DTYPES.items()}
-ITEM_SIZES["BF16"] = 2
 _BINARY_ONLY = frozenset(("FP16", "BF16"))
 _FLOATS = frozenset(("FP32", "FP64"))
 _LENGTH = struct.Struct("<I")

@@ -16,7 +16,6 @@ Buffer = bytes | bytearray | memoryview
 
 CONTENT_JSON = b"application/json"
 CONTENT_BINARY = b"application/octet-stream"
-CONTENT_TEXT = b"text/plain; charset=utf-8"
 CONTENT_SSE = b"text/event-stream; charset=utf-8"
 
 
@@ -78,3 +77,11 @@ def error_reply(error: ServerError) -> HttpReply:
 def message_reply(status: int, message: str) -> HttpReply:
     """An error that has no ServerError code (405, bad HTTP), in Triton's body format."""
     return json_reply({"error": message}, status)
+
+
+def not_found() -> HttpReply:
+    return message_reply(404, "Not Found")
+
+
+def method_not_allowed() -> HttpReply:
+    return message_reply(405, "Method Not Allowed")

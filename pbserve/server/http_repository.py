@@ -16,7 +16,13 @@ from urllib.parse import unquote
 from pbserve.backend.api import InferenceCore
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.http_codec import parse_json
-from pbserve.server.http_messages import HttpReply, HttpRequest, json_reply, message_reply
+from pbserve.server.http_messages import (
+    HttpReply,
+    HttpRequest,
+    json_reply,
+    method_not_allowed,
+    not_found,
+)
 
 _DONE = HttpReply(200, ())
 
@@ -30,9 +36,9 @@ async def handle(core: InferenceCore, request: HttpRequest, parts: list[str]) ->
     is_control = len(parts) == 3 and parts[0] == "models" and parts[1] \
         and parts[2] in ("load", "unload")
     if not (is_index or is_control):
-        return message_reply(404, "Not Found")
+        return not_found()
     if request.method != b"POST":
-        return message_reply(405, "Method Not Allowed")
+        return method_not_allowed()
     body = _body(request)
     if is_index:
         return json_reply(core.repository_index(ready_only=_ready_flag(body)))

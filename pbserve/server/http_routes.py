@@ -35,6 +35,8 @@ from pbserve.server.http_messages import (
     error_reply,
     json_reply,
     message_reply,
+    method_not_allowed,
+    not_found,
 )
 
 log = logging.getLogger("pbserve.http")
@@ -46,14 +48,6 @@ _MODEL_KINDS = {"": GET, "ready": GET, "config": GET, "stats": GET,
 _OK = HttpReply(200, (), content_type=None)
 
 Reply = HttpReply | HttpStreamReply
-
-
-def not_found() -> HttpReply:
-    return message_reply(404, "Not Found")
-
-
-def method_not_allowed() -> HttpReply:
-    return message_reply(405, "Method Not Allowed")
 
 
 class Routes:
