@@ -136,6 +136,8 @@ class Stub:
         for region, offset in frees:
             if self.borrowed.give_back(region, offset):
                 continue
+            if not region.startswith(self.pool.prefix):
+                continue  # a parent block this stub lent back without keeping it
             try:
                 self.pool.free(region, offset)
             except ValueError as err:

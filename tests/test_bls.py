@@ -213,3 +213,15 @@ def test_an_input_is_lent_back_only_for_the_request_it_belongs_to(server):
         np.testing.assert_array_equal(forwarded.as_numpy("OUTPUT_FP32"), x)
     time.sleep(0.2)
     assert "unknown block" not in server.log_text()
+
+
+def test_a_kept_bls_output_lent_from_an_input_stays_valid(server):
+    """identity lends the caller's input back; the caller keeps that array across
+    requests: the parent's reference counts must keep the block from being reused."""
+    client = server.http_client()
+    seen = []
+    for i in range(8):
+        x = np.full(64 * 1024, float(i), dtype=np.float32)  # 256 KiB: lent, not copied
+        kept = client.infer("bls_keeper", [h_in("INPUT_FP32", x)]).as_numpy("KEPT")
+        seen.append(float(i))
+        assert kept.tolist() == seen

@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Callable
 
+from pbserve.backend.block_refs import BlockRefs
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
@@ -46,7 +47,7 @@ class ModelInstance:
                  on_idle: Callable[["ModelInstance"], None],
                  on_batch_done: Callable[[list[PendingRequest]], None],
                  model_log: logging.Logger, calls: "StubCalls",
-                 python: str | None = None) -> None:
+                 python: str | None = None, refs: BlockRefs | None = None) -> None:
         self.model_name = model_name
         self.model_version = model_version
         self.name = name
@@ -58,6 +59,7 @@ class ModelInstance:
         self.restarts = 0
         self.self_calls = 0  # BLS calls in flight from this instance to its own model
         self._calls = calls
+        self._refs = refs  # the parent's blocks: an output may name one (lent input)
         self._python = python  # the stub's interpreter (EXECUTION_ENV_PATH), None: ours
         self._regions = regions
         self._on_idle = on_idle
@@ -357,16 +359,17 @@ class ModelInstance:
             response.parameters = json.loads(params)
         if outputs:
             stub = self._stub
-            taken = pending.take_blocks({(d[3], d[4]) for d in outputs})
-            if not taken:
+            held = [loc for loc in {(d[3], d[4]) for d in outputs}
+                    if self._refs is not None and self._refs.hold(loc)]
+            if not held:
                 response._release = lambda: self._release_outputs(outputs, stub)
-            else:  # some outputs are the request's own input blocks, lent back
-                lent = {(b.region, b.offset) for b in taken}
-                stub_outputs = tuple(d for d in outputs if (d[3], d[4]) not in lent)
+            else:  # some outputs are parent blocks (inputs lent back): they stay alive
+                refs = self._refs  # until this response is released
 
                 def release() -> None:
-                    self._release_outputs(stub_outputs, stub)
-                    pending.free_blocks(taken)
+                    self._release_outputs(outputs, stub)
+                    for location in held:
+                        refs.drop(location)
                 response._release = release
             response._descs = outputs
         return response

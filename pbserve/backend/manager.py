@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator
 from pbserve import __version__
 from pbserve.backend import metrics
 from pbserve.backend.model import Model
+from pbserve.backend.block_refs import BlockRefs
 from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import find_model, scan_repositories, served_versions
@@ -85,6 +86,7 @@ class ModelManager:
         if removed:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
         self._pool = Pool(new_prefix() + "-parent")
+        self._refs = BlockRefs(self._pool)
         self._live = True
         names = self._startup_names()
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
@@ -279,7 +281,7 @@ class ModelManager:
         assert self._pool is not None
         loaded: dict[str, Model] = {}
         for version in versions:
-            model = Model(name, version, source.path, cfg, self._pool, self._regions,
+            model = Model(name, version, source.path, cfg, self._refs, self._regions,
                           self._calls)
             try:
                 await model.load(self.auto_complete)

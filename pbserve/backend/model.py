@@ -24,7 +24,8 @@ from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.validation import RequestValidator
 from pbserve.errors import ErrorCode, ServerError
-from shm.pool import Block, Pool, RegionMap
+from pbserve.backend.block_refs import BlockRefs
+from shm.pool import Block, RegionMap
 from tritonclient.grpc import model_config_pb2 as mc
 
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
@@ -34,14 +35,14 @@ _keys = itertools.count(1)
 
 class Model:
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
-                 pool: Pool, regions: RegionMap, calls: StubCalls) -> None:
+                 refs: BlockRefs, regions: RegionMap, calls: StubCalls) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
         self.cfg = cfg
         self.decoupled = is_decoupled(cfg)
         self.stats = ModelStats(name, self.version)
-        self._pool = pool
+        self._refs = refs
         self._regions = regions
         self._calls = calls
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
@@ -102,7 +103,8 @@ class Model:
                     model_path=str(self.model_path), init_args=args,
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
-                    model_log=self._log, calls=self._calls, python=self._python))
+                    model_log=self._log, calls=self._calls, python=self._python,
+                    refs=self._refs))
         self.scheduler.instances = self.instances
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
@@ -209,7 +211,10 @@ class Model:
         # None asked for means every output of the config (Triton's Normalize): the model
         # sees them as requested, and an output it returns that is not one is dropped.
         requested = tuple(request.requested_outputs or (o.name for o in self.cfg.output))
-        lendable = bool(blocks) and not self.decoupled
+        # The stub may answer with an input as it is when the parent owns its block (it
+        # counts references, block_refs.py) and the model answers once per request.
+        lendable = not self.decoupled and bool(descs) and all(
+            self._refs.is_held((d[3], d[4])) for d in descs)
         msg = (key, request.id, request.correlation_id, request.flags, params,
                request.timeout_us, requested, descs, lendable)
         pending = PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
@@ -245,10 +250,10 @@ class Model:
         try:
             for tensor in request.inputs:
                 src = memoryview(tensor.data).cast("B")
-                block = self._pool.alloc(src.nbytes)
+                block = self._refs.new(src.nbytes)
                 blocks.append(block)
                 if src.nbytes:
-                    np.frombuffer(self._pool.view(block), np.uint8)[:] = np.frombuffer(
+                    np.frombuffer(self._refs.view(block), np.uint8)[:] = np.frombuffer(
                         src, np.uint8)
                 shape = self._validator.model_shape(tensor, batch_size)
                 descs.append((tensor.name, tensor.datatype, shape, block.region,
@@ -262,14 +267,14 @@ class Model:
                            shape: tuple[int, ...], data: bytes) -> tuple:
         """A tensor the scheduler adds to a request (sequence controls), in the parent's
         pool; its block is freed with the request's inputs. Its descriptor."""
-        block = self._pool.alloc(len(data))
+        block = self._refs.new(len(data))
         pending.blocks.append(block)
-        self._pool.view(block)[:len(data)] = data
+        self._refs.view(block)[:len(data)] = data
         return (name, datatype, shape, block.region, block.offset, len(data))
 
     def _free_blocks(self, blocks: list[Block]) -> None:
         for block in blocks:
-            self._pool.free(block.region, block.offset)
+            self._refs.drop((block.region, block.offset))
 
     def _on_batch_done(self, batch: list[PendingRequest]) -> None:
         stats = self.stats

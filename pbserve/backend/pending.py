@@ -13,9 +13,10 @@ from shm.pool import Block
 class PendingRequest:
     """What the parent keeps for a request between its arrival and its final response.
 
-    Its input blocks live in the parent's pool until the request completes (or, lent
-    back as outputs, until that response is released). Responses go to `deliver`, which
-    a unary caller reads through `future` and a streaming caller through `stream`.
+    It holds a reference to each of its input blocks in the parent's pool until it
+    completes (a response naming one holds its own, block_refs.py). Responses go to
+    `deliver`, which a unary caller reads through `future` and a streaming caller
+    through `stream`.
     """
 
     __slots__ = ("key", "request", "inputs", "blocks", "batch_size", "future", "stream",
@@ -54,18 +55,6 @@ class PendingRequest:
             self.future.set_result(response)
         else:
             response.release()
-
-    def take_blocks(self, locations: set[tuple[str, int]]) -> list[Block]:
-        """The input blocks at `locations` (a response names them as outputs), handed over
-        to that response: free them with `free_blocks` when it is released; they are no
-        longer freed when the request completes."""
-        taken = [b for b in self.blocks if (b.region, b.offset) in locations]
-        if taken:
-            self.blocks = [b for b in self.blocks if b not in taken]
-        return taken
-
-    def free_blocks(self, blocks: list[Block]) -> None:
-        self._free_blocks(blocks)
 
     def _complete(self) -> None:
         self.done = True
