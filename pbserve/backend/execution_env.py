@@ -15,6 +15,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -71,7 +72,7 @@ def unpacked(archive: Path) -> Path:
     except OSError:
         if not target.is_dir():  # not another server winning the rename: a real failure
             raise
-    except tarfile.TarError as err:
+    except (tarfile.TarError, EOFError, zlib.error) as err:  # a damaged archive
         raise invalid_arg(f"failed to unpack {ENV_PARAMETER} archive '{archive}': {err}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -83,13 +84,11 @@ def unpacked(archive: Path) -> Path:
 
 def _extract(tar: tarfile.TarFile, destination: Path) -> None:
     """No entry may land outside `destination` (links may point anywhere: conda-pack and
-    venv archives hold absolute symlinks to their interpreter)."""
-    if hasattr(tarfile, "tar_filter"):
-        tar.extractall(destination, filter="tar")
-        return
-    base = destination.resolve()
-    for member in tar.getmembers():  # Pythons without extraction filters
-        where = (base / member.name).resolve()
-        if member.name.startswith("/") or (where != base and base not in where.parents):
-            raise tarfile.TarError(f"archive entry '{member.name}' is outside the archive")
-    tar.extractall(destination)
+    venv archives hold absolute symlinks to their interpreter). That check is tarfile's
+    "tar" filter; a Python without it cannot unpack such an archive safely."""
+    if not hasattr(tarfile, "tar_filter"):
+        raise invalid_arg(
+            f"unpacking an {ENV_PARAMETER} archive safely needs Python 3.10.12+ or 3.11.4+ "
+            f"(tarfile filters); unpack it yourself and point {ENV_PARAMETER} at the "
+            f"directory")
+    tar.extractall(destination, filter="tar")

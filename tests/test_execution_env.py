@@ -1,0 +1,18 @@
+"""EXECUTION_ENV_PATH archives: a damaged one is a clear load error, not a crash."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbserve.backend.execution_env import unpacked
+from pbserve.errors import ErrorCode, ServerError
+
+
+@pytest.mark.parametrize("content", [b"\x1f\x8b\x08\x00garbage", b"not gzip at all", b""])
+def test_a_damaged_archive_is_an_invalid_arg_naming_it(tmp_path, content):
+    archive = tmp_path / "env.tar.gz"
+    archive.write_bytes(content)
+    with pytest.raises(ServerError) as err:
+        unpacked(archive)
+    assert err.value.code == ErrorCode.INVALID_ARG
+    assert "env.tar.gz" in err.value.message
