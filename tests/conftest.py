@@ -43,3 +43,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for name in leaked[:20]:
             print("  ", name)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def prefix():
+    """A fresh shm name prefix; everything named with it is gone after the test."""
+    from shm.names import entries_with_prefix, new_prefix, unlink_prefix
+
+    name = new_prefix()
+    yield name
+    unlink_prefix(name)
+    assert entries_with_prefix(name) == []

@@ -18,6 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from pbserve.testing import running_server
+from fake_loop import FakeLoop
 
 TEST_MODELS = Path(__file__).resolve().parent / "models"
 MODELS = ("batch_gather", "queue_timeout", "queue_bounded", "queue_priority", "ordered_stream")
@@ -185,38 +186,6 @@ def test_preserve_ordering_holds_a_response_until_those_before_it_are_sent(serve
 
 
 # -- the batcher's choices, on a hand-driven clock (no server) ----------------------------
-
-class FakeLoop:
-    """Loop time and timers the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.timers: list = []
-
-    def time(self) -> float:
-        return self.now
-
-    def call_at(self, when: float, callback):
-        loop = self
-
-        class Handle:
-            def when(self) -> float:
-                return when
-
-            def cancel(self) -> None:
-                loop.timers.remove(entry)
-
-        entry = (when, callback, Handle())
-        self.timers.append(entry)
-        return entry[2]
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        for entry in sorted((t for t in self.timers if t[0] <= self.now), key=lambda t: t[0]):
-            if entry in self.timers:
-                self.timers.remove(entry)
-                entry[1]()
-
 
 class FakeInstance:
     ready = False

@@ -4,36 +4,17 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 import threading
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 
-from shm.names import SHM_DIR, entries_with_prefix, new_prefix, unlink_prefix
+from shm.names import SHM_DIR, entries_with_prefix
 from shm.pool import Block, Pool, RegionMap, ShmExhausted, size_class
 
-REPO = Path(__file__).resolve().parents[1]
+from child_process import run_py
+
 KIB = 1024
-
-
-def run_py(code: str, *args, timeout: float = 30) -> str:
-    """Run `code` in a fresh interpreter (killed on timeout); its stdout."""
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=False,
-                          cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-@pytest.fixture
-def prefix():
-    name = new_prefix()
-    yield name
-    unlink_prefix(name)
-    assert entries_with_prefix(name) == []
 
 
 @pytest.fixture

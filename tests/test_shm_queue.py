@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shm.names import SHM_DIR, entries_with_prefix, new_prefix, unlink_prefix
+from shm.names import SHM_DIR, entries_with_prefix
 from shm.queue import SLOT, MessageQueue, QueueClosed, QueueFull
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,14 +68,6 @@ for i, length in enumerate(lengths(n, max_len, seed)):
 q.close()
 print("ok", n)
 """
-
-
-@pytest.fixture
-def prefix():
-    name = new_prefix()
-    yield name
-    unlink_prefix(name)
-    assert entries_with_prefix(name) == []
 
 
 @pytest.fixture

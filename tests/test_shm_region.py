@@ -4,34 +4,15 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
-from pathlib import Path
 
 import posix_ipc
 import pytest
 
-from shm.names import SHM_DIR, entries_with_prefix, new_prefix, unlink_prefix
+from shm.names import SHM_DIR, entries_with_prefix
 from shm.region import Region, ShmExhausted
 
-REPO = Path(__file__).resolve().parents[1]
+from child_process import run_py
 
-
-def run_py(code: str, *args, timeout: float = 30) -> str:
-    """Run `code` in a fresh interpreter (killed on timeout); its stdout."""
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=False,
-                          cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-@pytest.fixture
-def prefix():
-    name = new_prefix()
-    yield name
-    unlink_prefix(name)
-    assert entries_with_prefix(name) == []
 
 
 @pytest.fixture

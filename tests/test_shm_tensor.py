@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,17 +22,9 @@ from shm.tensor import (
     serialized_size,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+from child_process import run_py
+
 NUMERIC = [name for name in NUMPY_OF_DATATYPE if name != "BYTES"]
-
-
-def run_py(code: str, *args, timeout: float = 30) -> str:
-    """Run `code` in a fresh interpreter (killed on timeout); its stdout."""
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=False,
-                          cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 @pytest.fixture
