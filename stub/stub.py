@@ -24,6 +24,7 @@ from backend_utils.constants import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 from backend_utils.error import TritonError
 from backend_utils.request import InferenceRequest
+from shm.doorbell import ring
 from shm.pool import Pool, RegionMap
 from shm.queue import MessageQueue
 from stub import protocol as p
@@ -49,11 +50,13 @@ def queue_names(prefix: str) -> tuple[str, str, str]:
 
 
 class Stub:
-    def __init__(self, prefix: str, parent_pid: int, instance_name: str) -> None:
+    def __init__(self, prefix: str, parent_pid: int, instance_name: str,
+                 doorbell_fd: int = -1) -> None:
         main, control, up = queue_names(prefix)
         self.main_q = MessageQueue.attach(main)
         self.control_q = MessageQueue.attach(control)
         self.up_q = MessageQueue.attach(up)
+        self.doorbell_fd = doorbell_fd  # rung after each put (shm/doorbell.py); -1: none
         self.pool = Pool(prefix + "-s")
         self.regions = RegionMap()
         self.parent_pid = parent_pid
@@ -74,6 +77,8 @@ class Stub:
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
         self.up_q.put(p.encode(message))
+        if self.doorbell_fd >= 0:
+            ring(self.doorbell_fd)
 
     def log_error(self, text: str) -> None:
         self.send((p.LOG, LOG_ERROR, text, "stub", 0))

@@ -1,9 +1,10 @@
 """One stub child process and the three shm queues to it, seen from the parent.
 
 It knows nothing of models: it starts `python -m stub`, turns the up queue into calls
-of `on_messages(batch)` on the parent's event loop (a reader thread blocks on the
-semaphore and hands decoded messages over in batches), reports the process's exit with
-`on_exit(returncode)`, and removes every shm name of the stub when it is closed.
+of `on_messages(batch)` on the parent's event loop (the stub rings a doorbell, an
+eventfd the loop watches, and the loop drains the queue: shm/doorbell.py), reports the
+process's exit with `on_exit(returncode)`, and removes every shm name of the stub when it
+is closed.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
 from shm.queue import MessageQueue, QueueClosed
 from stub import protocol as p
 from stub.stub import queue_names
 
 log = logging.getLogger("pbserve.backend")
-READ_POLL_S = 0.5
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What a stub imports of pbserve: the stub and what the model sees, nothing else.
 _STUB_MODULES = ("stub", "shm", "backend_utils", "triton_python_backend_utils.py",
@@ -79,16 +80,16 @@ class StubProcess:
         self._closing = False
         self._exited = threading.Event()
         self.returncode: int | None = None
+        self._doorbell = Doorbell()
         self.proc = subprocess.Popen(
             [python or sys.executable, "-m", "stub", "--prefix", self.prefix,
-             "--parent-pid", str(os.getpid()), "--name", instance_name],
-            env=stub_environment(), stdin=subprocess.DEVNULL)
+             "--parent-pid", str(os.getpid()), "--name", instance_name,
+             "--doorbell-fd", str(self._doorbell.fd)],
+            env=stub_environment(), stdin=subprocess.DEVNULL, pass_fds=(self._doorbell.fd,))
         self.pid = self.proc.pid
-        self._reader = threading.Thread(target=self._read, daemon=True,
-                                        name=f"pbserve-read-{instance_name}")
+        loop.add_reader(self._doorbell.fd, self._drain)
         self._watcher = threading.Thread(target=self._watch, daemon=True,
                                          name=f"pbserve-watch-{instance_name}")
-        self._reader.start()
         self._watcher.start()
 
     # -- sending ----------------------------------------------------------------------
@@ -98,28 +99,22 @@ class StubProcess:
     def send_control(self, message: tuple) -> None:
         self.control_q.put(p.encode(message))
 
-    # -- receiving (threads) ----------------------------------------------------------
-    def _read(self) -> None:
-        """Reader thread: the only user of the up queue, so it also closes it."""
+    # -- receiving --------------------------------------------------------------------
+    def _drain(self) -> None:
+        """On the loop, when the doorbell rang: every message on the up queue, as one
+        batch. The bell is cleared first, so a message put after this pass rings again."""
+        self._doorbell.clear()
         get, decode = self.up_q.get, p.decode
+        batch = []
         try:
-            while not self._closing:
-                raw = get(READ_POLL_S)
-                if raw is None:
-                    continue
-                batch = [decode(raw)] if raw else []
-                while (raw := get(0)) is not None:
-                    if raw:
-                        batch.append(decode(raw))
-                if batch and not self._closing:
-                    self._loop.call_soon_threadsafe(self._on_messages, batch)
-        except QueueClosed:
-            pass
+            while (raw := get(0)) is not None:
+                if raw:
+                    batch.append(decode(raw))
         except Exception:  # noqa: BLE001 - a broken stub must not break the server
             if not self._closing:
-                log.exception("reader of stub '%s' failed", self.instance_name)
-        finally:
-            self.up_q.close()
+                log.exception("reading stub '%s' failed", self.instance_name)
+        if batch and not self._closing:
+            self._on_messages(batch)
 
     def _watch(self) -> None:
         code = self.proc.wait()
@@ -152,14 +147,15 @@ class StubProcess:
     def close(self) -> None:
         """Stop the threads and remove every shm name of this stub (queues, its pool).
 
-        Called once the process is gone (or killed): nothing of it may outlive this. The
-        reader thread notices `_closing` within READ_POLL_S and closes the up queue; a
-        consumer must never write to its own queue to wake itself (one producer only).
+        Called on the loop once the process is gone (or killed): nothing of it may
+        outlive this.
         """
         self._closing = True
         self.kill()
+        if self._doorbell.fd >= 0:
+            self._loop.remove_reader(self._doorbell.fd)
+            self._doorbell.close()
         for queue in (self.main_q, self.control_q, self.up_q):
             queue.unlink()
-        for queue in (self.main_q, self.control_q):
             queue.close()
         unlink_prefix(self.prefix)
