@@ -198,6 +198,9 @@ def _name_of_code(code: int) -> str:
 
 def _code_of_name(name: str) -> int:
     """Code for a wire datatype name ("FP32"); also accepts config names ("TYPE_FP32")."""
+    code = _NAME_TO_CODE.get(name)
+    if code is not None:  # a wire name, as on every tensor the stub receives
+        return code
     if name.startswith("TYPE_"):
         name = "BYTES" if name == "TYPE_STRING" else name[5:]
     try:

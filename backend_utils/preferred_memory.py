@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from .constants import MEMORY_DEFAULT, MemoryType
 
+# A set, not `(*MemoryType, ...)` per call: iterating an Enum is slow.
+_TYPES = frozenset((*MemoryType, MEMORY_DEFAULT))
+
 
 class PreferredMemory:
     """`PreferredMemory(preferred_memory_type, preferred_device_id=0)`.
@@ -20,7 +23,7 @@ class PreferredMemory:
                 "preferred_memory_type must be TRITONSERVER_MEMORY_GPU or "
                 f"TRITONSERVER_MEMORY_CPU, got {preferred_memory_type!r}"
             )
-        if preferred_memory_type not in (*MemoryType, MEMORY_DEFAULT):
+        if preferred_memory_type not in _TYPES:
             raise TypeError(
                 "preferred_memory_type must be TRITONSERVER_MEMORY_GPU or "
                 f"TRITONSERVER_MEMORY_CPU, got {preferred_memory_type!r}"
@@ -32,7 +35,11 @@ class PreferredMemory:
 
     @classmethod
     def _default(cls) -> PreferredMemory:
-        return cls(MEMORY_DEFAULT, 0)
+        """The "no preference" instance every request gets, built without re-validating."""
+        memory = cls.__new__(cls)
+        memory._type = MEMORY_DEFAULT
+        memory._device_id = 0
+        return memory
 
     @property
     def preferred_memory_type(self) -> int:

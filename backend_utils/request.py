@@ -8,7 +8,8 @@ public constructor is Triton's BLS constructor. Everything that needs the server
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._parameters import parameters_to_json
@@ -25,6 +26,9 @@ from .trace import InferenceTrace
 _REQUIRED: Any = object()
 _UINT32_MAX = 2**32 - 1
 _UINT64_MAX = 2**64 - 1
+# An incoming request makes its sender, trace and preferred memory on first use (most
+# are never asked for); this lock makes that happen once per request, from any thread.
+_LAZY_LOCK = threading.Lock()
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -141,7 +145,7 @@ class InferenceRequest:
         self._is_incoming = False
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._cancelled = False
-        self._sender = InferenceResponseSender(self, bound=False)
+        self._sender: InferenceResponseSender | None = None
 
     @classmethod
     def _incoming(
@@ -172,14 +176,14 @@ class InferenceRequest:
         request._model_version = model_version
         request._flags = flags
         request._timeout = timeout
-        request._preferred_memory = PreferredMemory._default()
-        request._trace = trace if trace is not None else InferenceTrace()
+        request._preferred_memory = None  # made on first use, as `_trace` and `_sender`
+        request._trace = trace
         request._parameters = parameters_json or "{}"
         request._key = key
         request._is_incoming = True
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         request._cancelled = False
-        request._sender = InferenceResponseSender(request, bound=True)
+        request._sender = None
         return request
 
     # -- Triton's accessors ------------------------------------------------------------
@@ -209,14 +213,22 @@ class InferenceRequest:
         return self._parameters
 
     def trace(self) -> InferenceTrace:
-        return self._trace
+        trace = self._trace
+        return trace if trace is not None else self._make_once("_trace", InferenceTrace)
 
     def requested_output_names(self) -> set[str]:
         return set(self._requested_output_names)
 
     def get_response_sender(self) -> InferenceResponseSender:
-        """The request's sender; the same object on every call."""
-        return self._sender
+        """The request's sender; the same object on every call (from any thread).
+
+        Only an incoming request's sender is bound to a response channel.
+        """
+        sender = self._sender
+        if sender is not None:
+            return sender
+        return self._make_once(
+            "_sender", lambda: InferenceResponseSender(self, bound=self._is_incoming))
 
     def is_cancelled(self) -> bool:
         """Asks the server until the answer is True, then remembers it."""
@@ -253,7 +265,20 @@ class InferenceRequest:
         return self._model_version
 
     def preferred_memory(self) -> PreferredMemory:
-        return self._preferred_memory
+        memory = self._preferred_memory
+        if memory is not None:
+            return memory
+        return self._make_once("_preferred_memory", PreferredMemory._default)
+
+    def _make_once(self, attribute: str, make: Callable[[], Any]) -> Any:
+        """The value of `attribute`, set to `make()` if still None: the same object for
+        every caller, whichever thread asks first."""
+        with _LAZY_LOCK:
+            value = getattr(self, attribute)
+            if value is None:
+                value = make()
+                setattr(self, attribute, value)
+        return value
 
     # -- BLS -----------------------------------------------------------------------------
 

@@ -127,19 +127,22 @@ class Tensor:
         `buffer` may be longer than the tensor (a pool slot); a shorter one is an error.
         """
         code = _code_of_name(datatype_name)
-        dims = tuple(int(d) for d in shape)
+        dims = tuple(map(int, shape))
         count = math.prod(dims)
         if code == TYPE_BYTES:
             array = _deserialize_bytes(buffer, count).reshape(dims)
         else:
             dtype = _storage_dtype(code)
             try:
-                array = np.frombuffer(buffer, dtype=dtype, count=count).reshape(dims)
+                # Positional: numpy parses keyword arguments slower than it reads the data.
+                array = np.frombuffer(buffer, dtype, count)
             except ValueError as exc:
                 raise TritonModelException(
                     f"Tensor '{name}' ({datatype_name}, shape {list(dims)}) needs "
                     f"{count * dtype.itemsize} bytes: {exc}"
                 ) from None
+            if len(dims) != 1:  # frombuffer made it 1-D already
+                array = array.reshape(dims)
         tensor = cls.__new__(cls)
         tensor._set_cpu(name, code, array)
         return tensor
@@ -290,7 +293,8 @@ class Tensor:
         return _name_of_code(self._dtype)
 
     def _raw_bytes(self) -> memoryview:
-        """The tensor's bytes in Triton's layout (C order; BYTES length-prefixed)."""
+        """The tensor's bytes in Triton's layout (C order; BYTES length-prefixed), as a
+        1-D memoryview of unsigned bytes (no copy of a C-contiguous array)."""
         if self._gpu is not None:
             raise TritonModelException(_GPU_NUMPY_ERROR)
         array = self._array
@@ -301,7 +305,9 @@ class Tensor:
             return memoryview(self._serialized)
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
-        return memoryview(array.reshape(-1).view(np.uint8))
+        if array.size == 0:  # memoryview.cast refuses a shape with a zero in it
+            return memoryview(array.reshape(-1).view(np.uint8))
+        return memoryview(array).cast("B")
 
     def _device(self) -> tuple[int, int]:
         """(DLPack device type, device id): (1, 0) for CPU, (2, n) for CUDA device n."""

@@ -13,7 +13,7 @@ closes (as Triton's pool, it never shrinks).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from shm.region import Region, ShmExhausted
 
@@ -34,9 +34,9 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
 
 
-@dataclass(frozen=True)
-class Block:
-    """An allocation: where it lives and how many bytes of it are in use."""
+class Block(NamedTuple):
+    """An allocation: where it lives and how many bytes of it are in use (immutable; a
+    NamedTuple because one is built per tensor and a frozen dataclass costs 3x more)."""
 
     region: str
     offset: int
@@ -75,23 +75,34 @@ class Pool:
         cls = size_class(nbytes)
         with self._lock:
             free = self._free.get(cls)
-            if free:
-                name, offset = free.pop()
-            else:
-                name, offset = self._carve(cls)
-            self._live[(name, offset)] = cls
-        return Block(name, offset, nbytes)
+            key = free.pop() if free else self._carve(cls)
+            self._live[key] = cls
+        return Block(key[0], key[1], nbytes)
 
     def view(self, block: Block) -> memoryview:
         return self._regions[block.region].view(block.offset, block.nbytes)
 
+    def store(self, data: memoryview) -> Block:
+        """A new block holding a copy of `data` (1-D unsigned bytes): one memcpy
+        straight into the mapping, without a view of the block."""
+        nbytes = data.nbytes
+        block = self.alloc(nbytes)
+        if nbytes:
+            self._regions[block.region].map[block.offset:block.offset + nbytes] = data
+        return block
+
     def free(self, region: str, offset: int) -> None:
         """Return a block to its free list; freeing twice is an error."""
+        key = (region, offset)
         with self._lock:
-            cls = self._live.pop((region, offset), None)
+            cls = self._live.pop(key, None)
             if cls is None:
                 raise ValueError(f"shm block {region}@{offset} is not allocated")
-            self._free.setdefault(cls, []).append((region, offset))
+            free = self._free.get(cls)
+            if free is None:
+                self._free[cls] = [key]
+            else:
+                free.append(key)
 
     def _carve(self, cls: int) -> tuple[str, int]:
         region = self._current

@@ -6,6 +6,9 @@ consecutive slots (a 4-byte little-endian length, then the bytes, wrapping aroun
 end of the ring). The `empty` semaphore counts free slots and gives back-pressure: a
 producer waits for room. The `items` semaphore counts whole messages. Head and tail are
 private to producer and consumer, so the ring itself needs no lock.
+
+Every slot costs a semaphore operation on each side, so SLOT is sized for the common
+message (an EXECUTE or RESPONSES of a request or two, 100-250 bytes) to take one slot.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ import posix_ipc
 
 from shm.region import Region
 
-SLOT = 64
+SLOT = 256
 DEFAULT_CAPACITY = 1 << 20
 _LEN = struct.Struct("<I")
+_SLOT_ROUND = _LEN.size + SLOT - 1  # slots of a message: (len + _SLOT_ROUND) // SLOT
+# get(0) asks the semaphore's value first: an empty queue then costs no BusyError.
+_PEEK = posix_ipc.SEMAPHORE_VALUE_SUPPORTED
 
 
 class QueueFull(TimeoutError):
@@ -29,10 +35,6 @@ class QueueFull(TimeoutError):
 
 class QueueClosed(RuntimeError):
     """The queue's semaphores are gone (its owner closed it)."""
-
-
-def _slots(nbytes: int) -> int:
-    return -(-(nbytes + _LEN.size) // SLOT)
 
 
 class MessageQueue:
@@ -44,6 +46,7 @@ class MessageQueue:
         self._region = region
         self._ring = region.map
         self._nslots = region.size // SLOT
+        self._ring_size = self._nslots * SLOT
         self._empty = empty
         self._items = items
         self._head = 0
@@ -66,41 +69,63 @@ class MessageQueue:
 
     @property
     def max_message(self) -> int:
-        return self._nslots * SLOT - _LEN.size
+        return self._ring_size - _LEN.size
 
     def put(self, message: bytes, timeout: float | None = None) -> None:
         """Append `message`; wait for room up to `timeout` s (None: forever)."""
-        need = _slots(len(message))
+        length = len(message)
+        need = (length + _SLOT_ROUND) // SLOT
         if need > self._nslots:
-            raise ValueError(f"message of {len(message)} bytes exceeds queue {self.name} "
+            raise ValueError(f"message of {length} bytes exceeds queue {self.name} "
                              f"capacity of {self.max_message} bytes")
         with self._put_lock:
-            self._reserve(need, timeout)
+            if need == 1 and timeout is None:
+                self._empty.acquire()  # the common case, without _reserve's bookkeeping
+            else:
+                self._reserve(need, timeout)
             start = self._head * SLOT
-            self._write(start, _LEN.pack(len(message)))
-            self._write((start + _LEN.size) % (self._nslots * SLOT), message)
-            self._head = (self._head + need) % self._nslots
+            # A slot holds the 4-byte length whole: only the body may wrap.
+            _LEN.pack_into(self._ring, start, length)
+            body = start + _LEN.size
+            if body + length <= self._ring_size:
+                self._ring[body:body + length] = message
+            else:
+                first = self._ring_size - body
+                self._ring[body:self._ring_size] = message[:first]
+                self._ring[:length - first] = message[first:]
+            head = self._head + need
+            self._head = head if head < self._nslots else head - self._nslots
             self._items.release()
 
     def get(self, timeout: float | None = None) -> bytes | None:
         """The next message, or None when none came within `timeout` s (0: don't wait)."""
+        items = self._items
         try:
-            self._items.acquire(timeout)
+            if timeout == 0 and _PEEK and items.value == 0:
+                return None
+            items.acquire(timeout)
         except posix_ipc.BusyError:
             return None
         except posix_ipc.ExistentialError:
             raise QueueClosed(self.name) from None
-        ring_size = self._nslots * SLOT
         start = self._tail * SLOT
-        (length,) = _LEN.unpack(self._read(start, _LEN.size))
-        message = self._read((start + _LEN.size) % ring_size, length)
-        need = _slots(length)
-        self._tail = (self._tail + need) % self._nslots
+        (length,) = _LEN.unpack_from(self._ring, start)
+        body = start + _LEN.size
+        end = body + length
+        if end <= self._ring_size:
+            message = self._ring[body:end]
+        else:
+            message = self._ring[body:self._ring_size] + self._ring[:end - self._ring_size]
+        need = (length + _SLOT_ROUND) // SLOT
+        tail = self._tail + need
+        self._tail = tail if tail < self._nslots else tail - self._nslots
+        release = self._empty.release
         for _ in range(need):
-            self._empty.release()
+            release()
         return message
 
     def _reserve(self, need: int, timeout: float | None) -> None:
+        """Take `need` slots of room, all within `timeout` (or none: QueueFull)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         taken = 0
         try:
@@ -112,20 +137,6 @@ class MessageQueue:
             for _ in range(taken):
                 self._empty.release()
             raise QueueFull(f"queue {self.name} stayed full for {timeout} s") from None
-
-    def _write(self, pos: int, data: bytes) -> None:
-        ring_size = self._nslots * SLOT
-        first = min(len(data), ring_size - pos)
-        self._ring[pos:pos + first] = data[:first]
-        if first < len(data):
-            self._ring[0:len(data) - first] = data[first:]
-
-    def _read(self, pos: int, nbytes: int) -> bytes:
-        ring_size = self._nslots * SLOT
-        end = pos + nbytes
-        if end <= ring_size:
-            return self._ring[pos:end]
-        return self._ring[pos:ring_size] + self._ring[0:end - ring_size]
 
     def wake(self) -> None:
         """Producer side only: an empty message, so a consumer blocked in `get` returns."""

@@ -21,6 +21,7 @@ class Region:
         self.size = size
         self.map = map_
         self.owner = owner
+        self._whole = memoryview(map_)  # sliced by `view`: one memoryview less per view
 
     @classmethod
     def create(cls, name: str, size: int) -> "Region":
@@ -59,7 +60,7 @@ class Region:
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         """A writable view of `nbytes` at `offset` (no copy)."""
-        return memoryview(self.map)[offset:offset + nbytes]
+        return self._whole[offset:offset + nbytes]
 
     def unlink(self) -> None:
         try:
@@ -69,6 +70,7 @@ class Region:
 
     def close(self) -> None:
         """Unmap; views still alive keep the mapping until they go (never an error)."""
+        self._whole.release()  # its slices hold the mapping on their own
         try:
             self.map.close()
         except BufferError:

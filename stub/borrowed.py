@@ -66,6 +66,8 @@ class BorrowedBlocks:
 
     def give_back(self, region: str, offset: int) -> bool:
         """The parent released a lent block; False if it was not lent (our own block)."""
+        if not self._lent:  # none lent: no lock (a block is lent before it is released)
+            return False
         with self._lock:
             lent = self._lent.get((region, offset))
             if lent is None:

@@ -1,9 +1,15 @@
 """The messages between the parent and a stub, and how they are encoded.
 
 A message is `(kind, *fields)`: plain tuples, ints, strings, dicts and the tensor
-descriptors of `shm.tensor` (tuples), encoded with pickle protocol 5. Tensor bytes never
-travel in a message, only descriptors. Decoding refuses any global (class or function)
-so that a message can only ever build plain data.
+descriptors of `shm.tensor` (tuples), encoded with marshal format version 4. Tensor bytes
+never travel in a message, only descriptors. marshal has no way to name a class or a
+function, so decoding can only ever build plain data (its one other object, a code
+object, is inert: nothing here calls or executes a message). It is half the decoding
+cost of a pickle loader that refuses globals. Version 4 is pinned, not the running
+Python's default, because a stub may run another Python than the parent's (every
+Python since 3.4 reads it). Only exact built-in types encode (an enum or a namedtuple
+is a ValueError on the sending side), except that any buffer object arrives as bytes:
+a numpy scalar must be converted (int(), float()) before it goes into a message.
 
 Ownership of shm blocks, by message kind:
 - EXECUTE: input blocks belong to the parent's pool; the parent frees them when the
@@ -17,9 +23,7 @@ Ownership of shm blocks, by message kind:
 
 from __future__ import annotations
 
-import io
-import pickle
-from typing import Any
+import marshal
 
 # parent -> stub
 INIT = 1          # (INIT, args: dict[str, str], model_path, decoupled: bool)
@@ -58,14 +62,12 @@ NOTIFY = 112      # (NOTIFY, op, args): a CALL that wants no answer (metric dele
 # ResponseMsg = (error: (code, message) | None, outputs: tuple[TensorDesc], parameters_json)
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"message refers to {module}.{name}: only plain data")
+_VERSION = 4
 
 
 def encode(message: tuple) -> bytes:
-    return pickle.dumps(message, protocol=5)
+    return marshal.dumps(message, _VERSION)
 
 
 def decode(data: bytes) -> tuple:
-    return _PlainUnpickler(io.BytesIO(data)).load()
+    return marshal.loads(data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Collection
 
 from backend_utils.response import InferenceResponse
 from shm.pool import Pool
@@ -14,9 +14,10 @@ class ExecuteReturnError(Exception):
     """`execute` returned something Triton refuses; the whole batch fails with it."""
 
 
-def response_msg(response: InferenceResponse, requested: Iterable[str], pool: Pool,
+def response_msg(response: InferenceResponse, requested: Collection[str], pool: Pool,
                  borrowed: BorrowedBlocks | None = None) -> tuple:
-    """(error, outputs, parameters_json); outputs pruned to the requested names."""
+    """(error, outputs, parameters_json); outputs pruned to the `requested` names (all
+    when it is empty). `requested` is only searched, so the request's own set will do."""
     if not isinstance(response, InferenceResponse):
         raise ExecuteReturnError(
             f"Expected an 'InferenceResponse' object in the execute function return list, "
@@ -24,9 +25,8 @@ def response_msg(response: InferenceResponse, requested: Iterable[str], pool: Po
     error = response.error()
     if error is not None:
         return ((int(error.code()), error.message()), (), response.parameters())
-    wanted = set(requested)
-    outputs = tuple(output_desc(t, pool, borrowed) for t in response.output_tensors()
-                    if not wanted or t.name() in wanted)
+    outputs = tuple([output_desc(t, pool, borrowed) for t in response.output_tensors()
+                     if not requested or t.name() in requested])
     return (None, outputs, response.parameters())
 
 

@@ -38,7 +38,7 @@ class StubRuntime:
         key = request._key
         msg = None
         if response is not None:
-            msg = response_msg(response, request.requested_output_names(), self._stub.pool,
+            msg = response_msg(response, request._requested_output_names, self._stub.pool,
                                self._stub.borrowed)
         self._stub.send((p.SEND, key, msg, int(flags)))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
@@ -73,6 +73,8 @@ class StubRuntime:
                 self._coroutines.pop(key, None)
 
     def forget(self, key: int) -> None:
+        if not self._cancelled and not self._coroutines:
+            return  # the common case: nothing was cancelled or watched, no lock to take
         with self._lock:
             self._cancelled.discard(key)
             self._coroutines.pop(key, None)

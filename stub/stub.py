@@ -87,8 +87,9 @@ class Stub:
         return os.getppid() == self.parent_pid
 
     def request_closed(self, key: int) -> None:
-        with self._open_lock:
-            self._open.discard(key)
+        if self._open:  # only a decoupled model's requests are tracked (see _request)
+            with self._open_lock:
+                self._open.discard(key)
         if self.runtime is not None:
             self.runtime.forget(key)
 
@@ -198,7 +199,7 @@ class Stub:
             self._free(frees)
         lent: list[int] = []  # inputs that may be answered as they are, during this call
         built = [self._request(r, lent) for r in requests]
-        keys = tuple(r._key for r in built)
+        keys = tuple([r._key for r in built])
         context = CURRENT_KEYS.set(keys)
         try:
             returned = self.model.execute(built)
@@ -217,10 +218,10 @@ class Stub:
             if self.decoupled:
                 self.send((p.BATCH_DONE, batch_id, None, rescheduled))
                 return
-            msgs = tuple((req._key, None if resp is None else
-                          response_msg(resp, req.requested_output_names(), self.pool,
-                                       self.borrowed))
-                         for req, resp in zip(built, responses))
+            msgs = tuple([(req._key, None if resp is None else
+                           response_msg(resp, req._requested_output_names, self.pool,
+                                        self.borrowed))
+                          for req, resp in zip(built, responses)])
         except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
             error = (f"Failed to process the request(s) for model '{self.instance_name}', "
                      f"message: {_describe(exc)}")
@@ -244,8 +245,9 @@ class Stub:
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \
             = msg
-        with self._open_lock:
-            self._open.add(key)
+        if self.decoupled:  # only `_abort` asks, for a decoupled coroutine that raised
+            with self._open_lock:
+                self._open.add(key)
         lend_to = self.borrowed if lendable else None
         return InferenceRequest._incoming(
             inputs=input_tensors(inputs, self.regions, lend_to, lent), request_id=request_id,

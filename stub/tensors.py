@@ -6,7 +6,7 @@ import numpy as np
 
 from backend_utils.tensor import Tensor
 from shm.pool import Pool, RegionMap
-from shm.tensor import NUMPY_OF_DATATYPE, TensorDesc, element_count
+from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub.borrowed import BorrowedBlocks
 
 
@@ -19,7 +19,8 @@ def input_tensors(descs: tuple, regions: RegionMap, lend_to: BorrowedBlocks | No
     `lend_to`, large numeric inputs may be handed back as outputs without a copy, until
     the keys appended to `lent` are unregistered (when the request's answer is made)."""
     tensors = []
-    for name, datatype, shape, region, offset, nbytes in descs:
+    for desc in descs:
+        name, datatype, shape, region, offset, nbytes = desc
         buffer = regions.view(region, offset, nbytes)
         if lend_to is not None and nbytes >= LEND_MIN_BYTES and datatype in NUMPY_OF_DATATYPE \
                 and datatype != "BYTES":
@@ -31,7 +32,7 @@ def input_tensors(descs: tuple, regions: RegionMap, lend_to: BorrowedBlocks | No
         else:
             tensor = Tensor._from_triton(name, datatype, shape, buffer)
         # A BLS call may forward this input as it is: its bytes already are in shm.
-        tensor._shm_desc = (name, datatype, shape, region, offset, nbytes)
+        tensor._shm_desc = tuple(desc)
         tensors.append(tensor)
     return tensors
 
@@ -39,17 +40,13 @@ def input_tensors(descs: tuple, regions: RegionMap, lend_to: BorrowedBlocks | No
 def output_desc(tensor: Tensor, pool: Pool, borrowed: BorrowedBlocks | None = None) -> tuple:
     """Copy one output into the stub's pool (or name the BLS output block it already
     is, see stub/borrowed.py); its descriptor as a plain tuple."""
-    shape = tuple(int(d) for d in tensor.shape())
-    if borrowed is not None and tensor.is_cpu() and tensor._triton_datatype_name() != "BYTES":
-        location = borrowed.lend(tensor._array)
+    array = tensor._array  # None for a GPU tensor
+    # A numpy shape already is a tuple of ints; a DLPack one may not be.
+    shape = array.shape if array is not None else tuple(int(d) for d in tensor.shape())
+    datatype = tensor._triton_datatype_name()
+    if borrowed is not None and array is not None and datatype != "BYTES":
+        location = borrowed.lend(array)
         if location is not None:
-            return (tensor.name(), tensor._triton_datatype_name(), shape, *location)
-    raw = tensor._raw_bytes()
-    if raw.format != "B" or raw.ndim != 1:
-        raw = raw.cast("B")
-    block = pool.alloc(raw.nbytes)
-    if raw.nbytes:
-        pool.view(block)[:] = raw  # one memcpy, no numpy objects on the way
-    return tuple(TensorDesc(tensor.name(), tensor._triton_datatype_name(), shape,
-                            block.region, block.offset, raw.nbytes))
-
+            return (tensor.name(), datatype, shape, *location)
+    block = pool.store(tensor._raw_bytes())  # one memcpy, no numpy objects on the way
+    return (tensor.name(), datatype, shape, block.region, block.offset, block.nbytes)

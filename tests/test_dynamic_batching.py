@@ -296,3 +296,15 @@ async def test_a_cancelled_caller_does_not_hold_back_the_responses_ordered_after
     second.deliver(InferResponse("m", "1", "2"))
     assert second.future.done() and second.future.result().id == "2"
     first.deliver(InferResponse("m", "1", "1"))  # released unread, as before
+
+
+async def test_a_priority_level_keeps_its_own_queue_policy_while_its_queue_is_empty():
+    scheduler, instance = scheduler_for("""
+        name: "m" max_batch_size: 1
+        dynamic_batching { priority_levels: 2 default_priority_level: 2
+            priority_queue_policy { key: 1 value: { max_queue_size: 1 } } }""")
+    first = submit(scheduler, 1, priority=1)  # level 1 was empty until now
+    second = submit(scheduler, 2, priority=1)
+    assert not first.done
+    assert second.done and second.future.result().error.code.name == "UNAVAILABLE"
+    assert "Exceeds maximum queue size" in second.future.result().error.message

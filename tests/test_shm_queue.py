@@ -22,9 +22,12 @@ JOIN = 30  # seconds: generous bound so that a broken queue fails instead of han
 GEN = r"""
 import random
 
+from shm.queue import SLOT
+
 def lengths(n, max_len, seed):
     rng = random.Random(seed)
-    edge = [0, 1, 59, 60, 61, 123, 124, 125, max_len - 1, max_len, 0, 3, 4, 5]
+    edge = [0, 1, SLOT - 5, SLOT - 4, SLOT - 3, 2 * SLOT - 5, 2 * SLOT - 4, 2 * SLOT - 3,
+            max_len - 1, max_len, 0, 3, 4, 5]
     for i in range(n):
         if i < len(edge):
             yield edge[i]

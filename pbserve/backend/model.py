@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import AsyncIterator
 
-import numpy as np
-
 from pbserve.backend.execution_env import stub_python
 from pbserve.backend.instance import InstanceState, ModelInstance
 from pbserve.backend.metrics import ModelStats
@@ -47,6 +45,7 @@ class Model:
         self._calls = calls
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._validator: RequestValidator | None = None
+        self._output_names: tuple[str, ...] = ()  # the config's, for requests naming none
         self._log = logging.getLogger(f"pbserve.model.{name}")
         self.scheduler: Scheduler | SequenceBatcher | None = None
         self.instances: list[ModelInstance] = []
@@ -86,8 +85,11 @@ class Model:
         self.scheduler = self._new_scheduler(self.cfg)
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
-            for i in range(max(group.count, 1)):
-                device = group.gpus[i % len(group.gpus)] if group.gpus else 0
+            # As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
+            devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU \
+                else [0]
+            placements = [d for d in devices for _ in range(max(group.count, 1))]
+            for i, device in enumerate(placements):
                 instance_name = f"{group_name}_{i}"
                 args = {
                     "model_config": "",
@@ -112,6 +114,7 @@ class Model:
         self.cfg = cfg
         self.decoupled = is_decoupled(cfg)
         self._validator = RequestValidator(cfg)
+        self._output_names = tuple(o.name for o in cfg.output)
         self.scheduler = self._new_scheduler(cfg)
         self.scheduler.instances = self.instances
         config_json = config_to_json(cfg)
@@ -210,7 +213,7 @@ class Model:
         params = json.dumps(request.parameters) if request.parameters else "{}"
         # None asked for means every output of the config (Triton's Normalize): the model
         # sees them as requested, and an output it returns that is not one is dropped.
-        requested = tuple(request.requested_outputs or (o.name for o in self.cfg.output))
+        requested = tuple(request.requested_outputs or self._output_names)
         # The stub may answer with an input as it is when the parent owns its block (it
         # counts references, block_refs.py) and the model answers once per request.
         lendable = not self.decoupled and bool(descs) and all(
@@ -249,12 +252,13 @@ class Model:
         blocks = []
         try:
             for tensor in request.inputs:
-                src = memoryview(tensor.data).cast("B")
+                src = memoryview(tensor.data)
+                if src.format != "B" or src.ndim != 1:
+                    src = src.cast("B")
                 block = self._refs.new(src.nbytes)
                 blocks.append(block)
                 if src.nbytes:
-                    np.frombuffer(self._refs.view(block), np.uint8)[:] = np.frombuffer(
-                        src, np.uint8)
+                    self._refs.view(block)[:src.nbytes] = src  # one memcpy
                 shape = self._validator.model_shape(tensor, batch_size)
                 descs.append((tensor.name, tensor.datatype, shape, block.region,
                               block.offset, src.nbytes))

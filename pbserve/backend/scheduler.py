@@ -255,7 +255,9 @@ class Scheduler:
     def submit(self, pending: PendingRequest) -> None:
         request = pending.request
         level = self._level_of(request.priority)
-        lv = self._levels.get(level) or self._add_level(level, self._default_policy)
+        lv = self._levels.get(level)  # not `or`: an empty level is falsy (len 0)
+        if lv is None:
+            lv = self._add_level(level, self._default_policy)
         policy = lv.policy
         if policy.max_size and len(lv) >= policy.max_size:
             reject(pending, ErrorCode.UNAVAILABLE,

@@ -23,7 +23,7 @@ from typing import Callable
 
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
-from shm.queue import MessageQueue, QueueClosed
+from shm.queue import MessageQueue
 from stub import protocol as p
 from stub.stub import queue_names
 
