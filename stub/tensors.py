@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from backend_utils.tensor import Tensor
-from shm.pool import Pool, RegionMap
+from shm.pool import Block, Pool, RegionMap
 from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub.borrowed import BorrowedBlocks
+from stub.cuda_copy import copy_to_host
 
 
 LEND_MIN_BYTES = 64 * 1024  # below this a copy costs less than the bookkeeping
@@ -48,5 +49,23 @@ def output_desc(tensor: Tensor, pool: Pool, borrowed: BorrowedBlocks | None = No
         location = borrowed.lend(array)
         if location is not None:
             return (tensor.name(), datatype, shape, *location)
-    block = pool.store(tensor._raw_bytes())  # one memcpy, no numpy objects on the way
+    if array is None:
+        block = _store_from_gpu(tensor, pool)
+    else:
+        block = pool.store(tensor._raw_bytes())  # one memcpy, no numpy objects on the way
     return (tensor.name(), datatype, shape, block.region, block.offset, block.nbytes)
+
+
+def _store_from_gpu(tensor: Tensor, pool: Pool) -> Block:
+    """A block holding a copy of a GPU tensor's bytes, copied from the device straight
+    into the mapping (stub/cuda_copy.py); the block is freed if the copy fails."""
+    info = tensor._gpu[0]
+    block = pool.alloc(info.nbytes)
+    try:
+        if info.nbytes:
+            address = np.frombuffer(pool.view(block), np.uint8).ctypes.data
+            copy_to_host(address, info.data_ptr, info.nbytes, info.device_id)
+    except BaseException:
+        pool.free(block.region, block.offset)
+        raise
+    return block

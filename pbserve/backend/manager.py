@@ -20,6 +20,7 @@ from pbserve.backend import metrics
 from pbserve.backend.model import Model
 from pbserve.backend.block_refs import BlockRefs
 from pbserve.backend.config_sources import ConfigSources
+from pbserve.backend.gpus import visible_gpus
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import find_model, scan_repositories, served_versions
 from pbserve.backend.repository_poller import RepositoryPoller, fingerprint
@@ -276,7 +277,7 @@ class ModelManager:
                              ) -> dict[str, Model]:
         source = find_model(self.repositories, name)
         cfg = self.config_sources.config(source.path, config_override)
-        cfg = complete_defaults(cfg, name, source.path, check_io=False)
+        cfg = complete_defaults(cfg, name, source.path, gpus=visible_gpus(), check_io=False)
         versions = served_versions(cfg, source.path)
         assert self._pool is not None
         loaded: dict[str, Model] = {}
