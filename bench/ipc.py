@@ -7,7 +7,8 @@
     loop, identity model) with a 16-float tensor and with a 64 MiB tensor, and the bare
     hop (EXECUTE -> RESPONSES with the parent thread blocking on the up queue);
 (c) the same `execute` called in-process (pb_utils objects, no IPC).
-Prints each figure and the ratios to the floor. Nothing is asserted.
+Prints each figure (the median over slices of the run) and the ratios to the floor, and
+the CPU time each side spends on a small call. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,17 +58,39 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 '''
 
 
+CHUNKS = 20  # a figure is the median of the mean call time over this many chunks
+
+
 def timed(fn, seconds: float, min_iters: int = 3) -> float:
-    """Mean seconds per call of `fn` over about `seconds` (after one warm-up call)."""
+    """Seconds per call of `fn`: the median over CHUNKS slices of about `seconds` in all
+    (after one warm-up call), so that a scheduling hiccup of the 2-core VM moves a
+    figure less than a mean would."""
     fn()
-    n, start = 0, time.perf_counter()
-    while n < min_iters or time.perf_counter() - start < seconds:
-        fn()
-        n += 1
-    return (time.perf_counter() - start) / n
+    means = []
+    for _ in range(CHUNKS):
+        n, start = 0, time.perf_counter()
+        while n < min_iters or time.perf_counter() - start < seconds / CHUNKS:
+            fn()
+            n += 1
+        means.append((time.perf_counter() - start) / n)
+    return statistics.median(means)
 
 
-def semaphore_ping_pong(seconds: float) -> float:
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pin_process(pid: int, cpu: int | None) -> None:
+    """Every thread of `pid` on `cpu` (affinity is per thread on Linux; threads started
+    later inherit it from their creator). None: leave it to the scheduler."""
+    if cpu is not None:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(tid), {cpu})
+
+
+def semaphore_ping_pong(seconds: float, child_cpu: int | None) -> float:
     prefix = new_prefix()
     ping = posix_ipc.Semaphore(prefix + "-a", posix_ipc.O_CREX, 0o600, 0)
     pong = posix_ipc.Semaphore(prefix + "-b", posix_ipc.O_CREX, 0o600, 0)
@@ -74,6 +98,7 @@ def semaphore_ping_pong(seconds: float) -> float:
         pid = os.fork()
         if pid == 0:
             try:
+                pin_process(os.getpid(), child_cpu)
                 while True:
                     ping.acquire(5)
                     pong.release()
@@ -111,11 +136,16 @@ def request(array: np.ndarray) -> InferRequest:
                                                     memoryview(array).cast("B"))])
 
 
-async def parent_stub_round_trips(repo: Path, seconds: float) -> tuple[float, float]:
+async def parent_stub_round_trips(repo: Path, seconds: float, stub_cpu: int | None
+                                  ) -> tuple[float, float, tuple]:
+    """Model.infer on the parent's event loop: (small, big) seconds per call, and the
+    CPU seconds per small call of (the parent, the stub)."""
     manager = ModelManager([repo])
     await manager.start()
     try:
         small, big = np.arange(16, dtype=np.float32), np.ones(BIG // 4, np.float32)
+        stub_pid = manager.model("ident").instances[0].pid
+        pin_process(stub_pid, stub_cpu)
 
         async def once(array: np.ndarray) -> None:
             response = await manager.infer(request(array))
@@ -125,17 +155,25 @@ async def parent_stub_round_trips(repo: Path, seconds: float) -> tuple[float, fl
         results = []
         for array in (small, big):
             await once(array)
-            n, start = 0, time.perf_counter()
-            while n < 3 or time.perf_counter() - start < seconds:
-                await once(array)
-                n += 1
-            results.append((time.perf_counter() - start) / n)
-        return results[0], results[1]
+            means = []
+            for _ in range(CHUNKS):
+                n, start = 0, time.perf_counter()
+                while n < 3 or time.perf_counter() - start < seconds / CHUNKS:
+                    await once(array)
+                    n += 1
+                means.append((time.perf_counter() - start) / n)
+            results.append(statistics.median(means))
+        n = 5000
+        parent0, stub0 = time.process_time(), process_cpu_s(stub_pid)
+        for _ in range(n):
+            await once(small)
+        cpu = ((time.process_time() - parent0) / n, (process_cpu_s(stub_pid) - stub0) / n)
+        return results[0], results[1], cpu
     finally:
         await manager.stop()
 
 
-def direct_hop(repo: Path, seconds: float) -> float:
+def direct_hop(repo: Path, seconds: float, stub_cpu: int | None) -> float:
     """EXECUTE -> RESPONSES with the parent blocking on the up queue itself: the hop
     without the event loop's thread handoff (what a synchronous parent would pay)."""
     prefix = new_prefix()
@@ -146,6 +184,7 @@ def direct_hop(repo: Path, seconds: float) -> float:
     regions = RegionMap()
     proc = subprocess.Popen([sys.executable, "-m", "stub", "--prefix", prefix, "--parent-pid",
                              str(os.getpid()), "--name", "ident_0_0"], env=stub_environment())
+    pin_process(proc.pid, stub_cpu)  # before the stub starts any thread
     try:
         assert p.decode(up_q.get(30))[0] == p.READY
         main_q.put(p.encode((p.INIT, {}, str(repo / "ident" / "1" / "model.py"), False)))
@@ -201,39 +240,57 @@ def in_process(repo: Path, seconds: float) -> tuple[float, float]:
     return results[0], results[1]
 
 
+PLACEMENTS = (("different cores", 0, 1), ("one core", 0, 0), ("unpinned", None, None))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     args = parser.parse_args()
+    try:
+        import uvloop
+        run = uvloop.run
+    except ImportError:
+        run = asyncio.run
+    cpus = sorted(os.sched_getaffinity(0))
+    placements = [(name, None if p is None else cpus[p], None if c is None else cpus[c])
+                  for name, p, c in PLACEMENTS if len(cpus) > 1 or c != 1]
+    own_affinity = os.sched_getaffinity(0)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
         (repo / "ident" / "1").mkdir(parents=True)
         (repo / "ident" / "config.pbtxt").write_text(CONFIG)
         (repo / "ident" / "1" / "model.py").write_text(MODEL)
-
-        ping = semaphore_ping_pong(args.seconds)
-        bandwidth = memcpy_bandwidth(args.seconds)
         try:
-            import uvloop
-            run = uvloop.run
-        except ImportError:
-            run = asyncio.run
-        hop = direct_hop(repo, args.seconds)
-        small, big = run(parent_stub_round_trips(repo, args.seconds))
+            for name, parent_cpu, stub_cpu in placements:
+                os.sched_setaffinity(0, own_affinity if parent_cpu is None else {parent_cpu})
+                ping = semaphore_ping_pong(args.seconds, stub_cpu)
+                hop = direct_hop(repo, args.seconds, stub_cpu)
+                small, big, cpu = run(parent_stub_round_trips(repo, args.seconds, stub_cpu))
+                rows.append((name, ping, hop, small, big, cpu))
+        finally:
+            os.sched_setaffinity(0, own_affinity)
+        bandwidth = memcpy_bandwidth(args.seconds)
         local_small, local_big = in_process(repo, args.seconds)
 
-    big_bw = BIG / big
-    print(f"(a) semaphore ping-pong round trip      {ping * 1e6:9.1f} us   (floor)")
+    print("Parent and stub (or the two ping-pong processes) placed on:")
+    for name, ping, hop, small, big, (parent_cpu_s, stub_cpu_s) in rows:
+        big_bw = BIG / big
+        print(f"  {name}:")
+        print(f"(a) semaphore ping-pong round trip      {ping * 1e6:9.1f} us   (floor)")
+        print(f"(b) stub hop, parent blocking on queue  {hop * 1e6:9.1f} us   "
+              f"= {hop / ping:.2f}x the ping-pong")
+        print(f"(b) parent->stub->parent, 16 x FP32     {small * 1e6:9.1f} us   "
+              f"= {small / ping:.2f}x the ping-pong  (target <= 3x)")
+        print(f"    CPU per 16 x FP32 call: parent {parent_cpu_s * 1e6:.1f} us, "
+              f"stub {stub_cpu_s * 1e6:.1f} us")
+        print(f"(b) parent->stub->parent, 64 MiB        {big * 1e3:9.2f} ms   "
+              f"= {big_bw / 1e9:.2f} GB/s = {big_bw / bandwidth:.2f}x memcpy  "
+              f"(target >= 0.5x)")
     print(f"(a) memcpy into shm                     {bandwidth / 1e9:9.2f} GB/s (floor)")
-    print(f"(b) stub hop, parent blocking on queue  {hop * 1e6:9.1f} us   "
-          f"= {hop / ping:.2f}x the ping-pong")
-    print(f"(b) parent->stub->parent, 16 x FP32     {small * 1e6:9.1f} us   "
-          f"= {small / ping:.2f}x the ping-pong  (target <= 3x)")
-    print(f"(b) parent->stub->parent, 64 MiB        {big * 1e3:9.2f} ms   "
-          f"= {big_bw / 1e9:.2f} GB/s = {big_bw / bandwidth:.2f}x memcpy  (target >= 0.5x)")
     print(f"(c) in-process execute, 16 x FP32       {local_small * 1e6:9.1f} us")
     print(f"(c) in-process execute, 64 MiB          {local_big * 1e3:9.2f} ms")
-    print(f"    IPC overhead, small: {(small - local_small) * 1e6:.1f} us per call")
 
 
 if __name__ == "__main__":
