@@ -145,7 +145,7 @@ class StubProcess:
         return True
 
     def close(self) -> None:
-        """Stop the threads and remove every shm name of this stub (queues, its pool).
+        """Stop watching the stub and remove every shm name of it (queues, its pool).
 
         Called on the loop once the process is gone (or killed): nothing of it may
         outlive this.
