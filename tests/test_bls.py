@@ -12,20 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-from tritonclient.utils import np_to_triton_dtype
 
+from client_inputs import http_input as h_in
 from pbserve.testing import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "models" / "examples"
 TEST_MODELS = Path(__file__).resolve().parent / "models"
-
-
-def h_in(name: str, array: np.ndarray) -> httpclient.InferInput:
-    tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    tensor.set_data_from_numpy(array)
-    return tensor
 
 
 @pytest.fixture(scope="module")

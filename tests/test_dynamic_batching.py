@@ -7,7 +7,6 @@ import queue
 import re
 import shutil
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -15,9 +14,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
+from client_inputs import http_input
 from pbserve.testing import running_server
+from polling import wait_for
 from fake_loop import FakeLoop
 
 TEST_MODELS = Path(__file__).resolve().parent / "models"
@@ -26,10 +27,7 @@ WAIT_S = 20.0
 
 
 def int_input(value: int) -> httpclient.InferInput:
-    array = np.array([[value]], np.int32)
-    tensor = httpclient.InferInput("IN", list(array.shape), np_to_triton_dtype(array.dtype))
-    tensor.set_data_from_numpy(array)
-    return tensor
+    return http_input("IN", np.array([[value]], np.int32))
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +38,6 @@ def server(tmp_path_factory):
         shutil.copytree(TEST_MODELS / name, repo / name)
     with running_server(repo, log_path=root / "server.log") as srv:
         yield srv
-
-
-def wait_for(predicate, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def pending_count(server, model: str) -> int:

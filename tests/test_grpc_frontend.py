@@ -25,8 +25,9 @@ import tritonclient.grpc.aio as aioclient
 import uvloop
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
+from client_inputs import grpc_input as g_in
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server.grpc_server import start_grpc_server
@@ -254,12 +255,6 @@ def assert_all_released(core: FakeCore) -> None:
     while core.released != core.made and time.monotonic() < deadline:
         time.sleep(0.005)
     assert core.released == core.made, "a response was not released"
-
-
-def g_in(name: str, array: np.ndarray) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    tensor.set_data_from_numpy(array)
-    return tensor
 
 
 def expect_error(call) -> InferenceServerException:

@@ -5,42 +5,21 @@ from __future__ import annotations
 
 import queue
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
+from client_inputs import grpc_input, http_input
 from pbserve.testing import running_server
+from polling import wait_for
 from fake_loop import FakeLoop
 
 TEST_MODELS = Path(__file__).resolve().parent / "models"
 MODELS = ("seq_pid", "seq_string", "seq_evict", "seq_evict_idle", "seq_evict_unload",
           "seq_iterative", "seq_iterative_stream", "resched_plain")
 WAIT_S = 20.0
-
-
-def http_input(name: str, array: np.ndarray) -> httpclient.InferInput:
-    tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    tensor.set_data_from_numpy(array)
-    return tensor
-
-
-def grpc_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    tensor.set_data_from_numpy(array)
-    return tensor
-
-
-def wait_for(predicate, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def read(path: Path) -> str:

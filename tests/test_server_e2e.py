@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
+from client_inputs import http_input
 from pbserve.testing import running_server
 from shm.names import entries_with_prefix
 
@@ -22,12 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "models" / "examples"
 TEST_MODELS = Path(__file__).resolve().parent / "models"
 LIVE = "/v2/health/live"  # bad_init never loads, so the server is live but not ready
-
-
-def http_input(name: str, array: np.ndarray, binary: bool = True) -> httpclient.InferInput:
-    tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    tensor.set_data_from_numpy(array, binary_data=binary)
-    return tensor
 
 
 def sleepy(client, ms: int) -> int:
