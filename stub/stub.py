@@ -237,10 +237,10 @@ class Stub:
             CURRENT_KEYS.reset(context)
             for pointer in lent:  # the parent may reuse these blocks once it has the answer
                 self.borrowed.unregister(pointer)
-        for req, resp in zip(built, responses):
+        self.send((p.RESPONSES, batch_id, None, msgs, rescheduled))
+        for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
                 self.request_closed(req._key)
-        self.send((p.RESPONSES, batch_id, None, msgs, rescheduled))
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \

@@ -236,16 +236,20 @@ class ModelInstance:
     def execute(self, batch: list[PendingRequest]) -> None:
         """Send a batch to the stub; the instance is busy until the stub says it is done."""
         assert self._stub is not None and self.ready
-        self.busy = True
-        batch_id = self._next_batch = self._next_batch + 1
-        self._batches[batch_id] = batch
         now = time.monotonic_ns()
+        batch_id = self._next_batch = self._next_batch + 1
+        frees = tuple(self._frees)
+        # Sent first: the bookkeeping below runs while the stub works (its answer is
+        # read on this loop, so after it).
+        self._stub.send((p.EXECUTE, batch_id, tuple([pr.inputs for pr in batch]), frees))
+        self._frees.clear()
+        self.busy = True
+        self._batches[batch_id] = batch
+        inflight = self._inflight
         for pending in batch:
-            self._inflight[pending.key] = pending
+            inflight[pending.key] = pending
             pending.instance = self
             pending.exec_start_ns = now
-        frees, self._frees = tuple(self._frees), []
-        self._stub.send((p.EXECUTE, batch_id, tuple(pr.inputs for pr in batch), frees))
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
         """Answer a CALL of this stub (on its control queue)."""

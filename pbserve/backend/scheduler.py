@@ -253,6 +253,13 @@ class Scheduler:
 
     # -- the surface Model uses ---------------------------------------------------------
     def submit(self, pending: PendingRequest) -> None:
+        if not self._batching and not self._size:
+            # The common case without a batcher: nothing queued, so the request goes
+            # straight to the first idle instance (what queueing then dispatching does).
+            for instance in self.instances:
+                if instance.ready:
+                    instance.execute([pending])
+                    return
         request = pending.request
         level = self._level_of(request.priority)
         lv = self._levels.get(level)  # not `or`: an empty level is falsy (len 0)
