@@ -9,6 +9,12 @@
 (c) the same `execute` called in-process (pb_utils objects, no IPC).
 Prints each figure (the median over slices of the run) and the ratios to the floor, and
 the CPU time each side spends on a small call. Nothing is asserted.
+
+The floor is measured in slices alternating with those of the small calls, and each ratio
+is the median of per-slice ratios: on a VM the cost of waking the other vCPU changes over
+minutes (5 us or 12 us a ping-pong here, as the host idles it or not), and a figure is
+only comparable with the floor taken at the same time. The spread of the floor over the
+run is printed with it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import posix_ipc
@@ -66,14 +73,7 @@ def timed(fn, seconds: float, min_iters: int = 3) -> float:
     (after one warm-up call), so that a scheduling hiccup of the 2-core VM moves a
     figure less than a mean would."""
     fn()
-    means = []
-    for _ in range(CHUNKS):
-        n, start = 0, time.perf_counter()
-        while n < min_iters or time.perf_counter() - start < seconds / CHUNKS:
-            fn()
-            n += 1
-        means.append((time.perf_counter() - start) / n)
-    return statistics.median(means)
+    return statistics.median(_slice(fn, seconds / CHUNKS, min_iters) for _ in range(CHUNKS))
 
 
 def process_cpu_s(pid: int) -> float:
@@ -90,32 +90,87 @@ def pin_process(pid: int, cpu: int | None) -> None:
             os.sched_setaffinity(int(tid), {cpu})
 
 
-def semaphore_ping_pong(seconds: float, child_cpu: int | None) -> float:
-    prefix = new_prefix()
-    ping = posix_ipc.Semaphore(prefix + "-a", posix_ipc.O_CREX, 0o600, 0)
-    pong = posix_ipc.Semaphore(prefix + "-b", posix_ipc.O_CREX, 0o600, 0)
-    try:
-        pid = os.fork()
-        if pid == 0:
+class PingPong:
+    """The floor: a partner process that answers each post of one posix semaphore with a
+    post of another. It waits between slices, so the floor can be measured in slices
+    alternating with another measurement's."""
+
+    def __init__(self, cpu: int | None) -> None:
+        prefix = new_prefix()
+        self._ping = posix_ipc.Semaphore(prefix + "-a", posix_ipc.O_CREX, 0o600, 0)
+        self._pong = posix_ipc.Semaphore(prefix + "-b", posix_ipc.O_CREX, 0o600, 0)
+        self._pid = os.fork()
+        if self._pid == 0:
             try:
-                pin_process(os.getpid(), child_cpu)
+                pin_process(os.getpid(), cpu)
                 while True:
-                    ping.acquire(5)
-                    pong.release()
+                    self._ping.acquire()
+                    self._pong.release()
             finally:
                 os._exit(0)
 
-        def round_trip() -> None:
-            ping.release()
-            pong.acquire()
+    def round_trip(self) -> None:
+        self._ping.release()
+        self._pong.acquire()
 
-        result = timed(round_trip, seconds)
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        return result
-    finally:
-        for sem in (ping, pong):
+    def close(self) -> None:
+        os.kill(self._pid, 9)
+        os.waitpid(self._pid, 0)
+        for sem in (self._ping, self._pong):
             sem.unlink()
+
+
+class Paired(NamedTuple):
+    """A figure measured in slices alternating with the floor's: medians in seconds, and
+    the median of the per-slice ratios."""
+
+    floor: float
+    value: float
+    ratio: float
+    floor_low: float  # the floor's lowest and highest slice
+    floor_high: float
+
+
+def _slice(fn, seconds: float, min_iters: int = 3) -> float:
+    n, start = 0, time.perf_counter()
+    while n < min_iters or time.perf_counter() - start < seconds:
+        fn()
+        n += 1
+    return (time.perf_counter() - start) / n
+
+
+async def _async_slice(fn, seconds: float, min_iters: int = 3) -> float:
+    n, start = 0, time.perf_counter()
+    while n < min_iters or time.perf_counter() - start < seconds:
+        await fn()
+        n += 1
+    return (time.perf_counter() - start) / n
+
+
+def _paired(floors: list[float], values: list[float]) -> Paired:
+    return Paired(statistics.median(floors), statistics.median(values),
+                  statistics.median(v / f for f, v in zip(floors, values)),
+                  min(floors), max(floors))
+
+
+def paired(fn, floor: PingPong, seconds: float) -> Paired:
+    """`fn` per call against the floor, each over CHUNKS slices taking turns."""
+    fn()
+    floors, values = [], []
+    for _ in range(CHUNKS):
+        floors.append(_slice(floor.round_trip, seconds / CHUNKS / 2))
+        values.append(_slice(fn, seconds / CHUNKS / 2))
+    return _paired(floors, values)
+
+
+async def async_paired(fn, floor: PingPong, seconds: float) -> Paired:
+    """`paired` for a coroutine function."""
+    await fn()
+    floors, values = [], []
+    for _ in range(CHUNKS):
+        floors.append(_slice(floor.round_trip, seconds / CHUNKS / 2))
+        values.append(await _async_slice(fn, seconds / CHUNKS / 2))
+    return _paired(floors, values)
 
 
 def memcpy_bandwidth(seconds: float) -> float:
@@ -136,10 +191,10 @@ def request(array: np.ndarray) -> InferRequest:
                                                     memoryview(array).cast("B"))])
 
 
-async def parent_stub_round_trips(repo: Path, seconds: float, stub_cpu: int | None
-                                  ) -> tuple[float, float, tuple]:
-    """Model.infer on the parent's event loop: (small, big) seconds per call, and the
-    CPU seconds per small call of (the parent, the stub)."""
+async def parent_stub_round_trips(repo: Path, seconds: float, stub_cpu: int | None,
+                                  floor: PingPong) -> tuple[Paired, float, tuple]:
+    """Model.infer on the parent's event loop: the small call against the floor, the big
+    call's seconds, and the CPU seconds per small call of (the parent, the stub)."""
     manager = ModelManager([repo])
     await manager.start()
     try:
@@ -152,28 +207,21 @@ async def parent_stub_round_trips(repo: Path, seconds: float, stub_cpu: int | No
             assert response.error is None, response.error
             response.release()
 
-        results = []
-        for array in (small, big):
-            await once(array)
-            means = []
-            for _ in range(CHUNKS):
-                n, start = 0, time.perf_counter()
-                while n < 3 or time.perf_counter() - start < seconds / CHUNKS:
-                    await once(array)
-                    n += 1
-                means.append((time.perf_counter() - start) / n)
-            results.append(statistics.median(means))
+        small_call = await async_paired(lambda: once(small), floor, seconds)
+        await once(big)
+        big_call = statistics.median([await _async_slice(lambda: once(big), seconds / CHUNKS)
+                                      for _ in range(CHUNKS)])
         n = 5000
         parent0, stub0 = time.process_time(), process_cpu_s(stub_pid)
         for _ in range(n):
             await once(small)
         cpu = ((time.process_time() - parent0) / n, (process_cpu_s(stub_pid) - stub0) / n)
-        return results[0], results[1], cpu
+        return small_call, big_call, cpu
     finally:
         await manager.stop()
 
 
-def direct_hop(repo: Path, seconds: float, stub_cpu: int | None) -> float:
+def direct_hop(repo: Path, seconds: float, stub_cpu: int | None, floor: PingPong) -> Paired:
     """EXECUTE -> RESPONSES with the parent blocking on the up queue itself: the hop
     without the event loop's thread handoff (what a synchronous parent would pay)."""
     prefix = new_prefix()
@@ -207,7 +255,7 @@ def direct_hop(repo: Path, seconds: float, stub_cpu: int | None) -> float:
             frees.append((region, offset))
             pool.free(block.region, block.offset)
 
-        return timed(round_trip, seconds)
+        return paired(round_trip, floor, seconds)
     finally:
         proc.kill()
         proc.wait()
@@ -265,24 +313,34 @@ def main() -> None:
         try:
             for name, parent_cpu, stub_cpu in placements:
                 os.sched_setaffinity(0, own_affinity if parent_cpu is None else {parent_cpu})
-                ping = semaphore_ping_pong(args.seconds, stub_cpu)
-                hop = direct_hop(repo, args.seconds, stub_cpu)
-                small, big, cpu = run(parent_stub_round_trips(repo, args.seconds, stub_cpu))
-                rows.append((name, ping, hop, small, big, cpu))
+                floor = PingPong(stub_cpu)
+                try:
+                    hop = direct_hop(repo, args.seconds, stub_cpu, floor)
+                    small, big, cpu = run(parent_stub_round_trips(repo, args.seconds,
+                                                                  stub_cpu, floor))
+                finally:
+                    floor.close()
+                rows.append((name, hop, small, big, cpu))
         finally:
             os.sched_setaffinity(0, own_affinity)
         bandwidth = memcpy_bandwidth(args.seconds)
         local_small, local_big = in_process(repo, args.seconds)
 
-    print("Parent and stub (or the two ping-pong processes) placed on:")
-    for name, ping, hop, small, big, (parent_cpu_s, stub_cpu_s) in rows:
+    print("Parent and stub (and the ping-pong partner) placed on:")
+    for name, hop, small, big, (parent_cpu_s, stub_cpu_s) in rows:
         big_bw = BIG / big
         print(f"  {name}:")
-        print(f"(a) semaphore ping-pong round trip      {ping * 1e6:9.1f} us   (floor)")
-        print(f"(b) stub hop, parent blocking on queue  {hop * 1e6:9.1f} us   "
-              f"= {hop / ping:.2f}x the ping-pong")
-        print(f"(b) parent->stub->parent, 16 x FP32     {small * 1e6:9.1f} us   "
-              f"= {small / ping:.2f}x the ping-pong  (target <= 3x)")
+        for label, figure in (("ping-pong slices beside the hop", hop),
+                              ("ping-pong slices beside the call", small)):
+            print(f"(a) semaphore ping-pong round trip      {figure.floor * 1e6:9.1f} us   "
+                  f"(floor; {figure.floor_low * 1e6:.1f}-{figure.floor_high * 1e6:.1f} us "
+                  f"over its {label})")
+            if figure is hop:
+                print(f"(b) stub hop, parent blocking on queue  {hop.value * 1e6:9.1f} us   "
+                      f"= {hop.ratio:.2f}x the ping-pong")
+        print(f"(b) parent->stub->parent, 16 x FP32     {small.value * 1e6:9.1f} us   "
+              f"= {small.ratio:.2f}x the ping-pong  (target <= 3x); "
+              f"{(small.value - small.floor) * 1e6:.1f} us above it")
         print(f"    CPU per 16 x FP32 call: parent {parent_cpu_s * 1e6:.1f} us, "
               f"stub {stub_cpu_s * 1e6:.1f} us")
         print(f"(b) parent->stub->parent, 64 MiB        {big * 1e3:9.2f} ms   "
