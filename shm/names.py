@@ -30,7 +30,8 @@ def owner_of(entry: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -76,6 +77,6 @@ def sweep_dead_owners() -> list[str]:
         return removed
     for name in names:
         pid = owner_of(name)
-        if pid is not None and not _alive(pid) and unlink_entry(name):
+        if pid is not None and not process_alive(pid) and unlink_entry(name):
             removed.append(name)
     return removed

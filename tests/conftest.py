@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from shm.names import SHM_DIR, owner_of
+from shm.names import SHM_DIR, owner_of, process_alive
 
 
 def _pbserve_entries() -> set[str]:
@@ -14,16 +14,6 @@ def _pbserve_entries() -> set[str]:
         return {n for n in os.listdir(SHM_DIR) if "pbserve" in n.lower()}
     except FileNotFoundError:
         return set()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _BEFORE: set[str] = set()
@@ -37,7 +27,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if an entry appeared that nobody alive owns (or that we own)."""
     me = os.getpid()
     leaked = sorted(n for n in _pbserve_entries() - _BEFORE
-                    if (pid := owner_of(n)) is None or pid == me or not _alive(pid))
+                    if (pid := owner_of(n)) is None or pid == me or not process_alive(pid))
     if leaked:
         print(f"\n/dev/shm holds {len(leaked)} pbserve entries the tests left behind:")
         for name in leaked[:20]:

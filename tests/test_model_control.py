@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import tempfile
 import threading
 import time
 import urllib.request
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -165,3 +169,86 @@ def test_unload_waits_for_in_flight_requests(tmp_path):
         caller.join(30)
         assert "pid" in outcome, outcome
         assert not server.http_client().is_model_ready("sleepy")
+
+
+DOUBLING_MODEL = IDENTITY_MODEL.replace(".as_numpy())", ".as_numpy() * 2)")
+OVERRIDE_CONFIG = json.dumps({
+    "backend": "python",
+    "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [-1]}]})
+
+
+def override_dirs(server) -> list[Path]:
+    """The directories the server wrote a load request's files to (file_override.py)."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"pbserve-model-{server.pid}-*"))
+
+
+def infer_x(client, model: str) -> np.ndarray:
+    module = grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
+    tensor = module.InferInput("X", [3], "FP32")
+    tensor.set_data_from_numpy(np.array([1, 2, 3], np.float32))
+    return client.infer(model, [tensor]).as_numpy("Y")
+
+
+def test_load_with_files_serves_them_until_unloaded_or_reloaded(tmp_path):
+    write_model(tmp_path, "ident")
+    args = ["--model-control-mode", "explicit", "--load-model", "ident"]
+    files = {"file:1/model.py": DOUBLING_MODEL.encode()}
+    with running_server(tmp_path, args=args, log_path=tmp_path / "log") as server:
+        client = server.http_client()
+        # a model that no repository holds
+        client.load_model("fresh", config=OVERRIDE_CONFIG, files=files)
+        assert infer_x(client, "fresh").tolist() == [2, 4, 6]
+        assert len(override_dirs(server)) == 1
+        # the files win over the repository's model of the same name ...
+        client.load_model("ident", config=OVERRIDE_CONFIG, files=files)
+        assert infer_x(client, "ident").tolist() == [2, 4, 6]
+        assert len(override_dirs(server)) == 2
+        # ... until a load without files reloads it from the repository
+        client.load_model("ident")
+        assert infer_x(client, "ident").tolist() == [1, 2, 3]
+        assert len(override_dirs(server)) == 1
+        client.unload_model("fresh")
+        wait_until(lambda: not override_dirs(server))
+        assert not client.is_model_ready("fresh")
+
+
+def test_load_with_files_refuses_what_triton_refuses_and_writes_nothing(tmp_path):
+    args = ["--model-control-mode", "explicit"]
+    code = DOUBLING_MODEL.encode()
+    escaped = Path(tempfile.gettempdir()) / f"escaped-{tmp_path.name}.py"
+    with running_server(tmp_path, args=args, log_path=tmp_path / "log") as server:
+        http, grpc = server.http_client(), server.grpc_client()
+        refusals = [
+            (grpc, dict(files={"file:1/model.py": code}),
+             "Load parameter 'config' must be specified for model file override"),
+            (http, dict(config=OVERRIDE_CONFIG, files={f"file:../{escaped.name}": b"x"}),
+             "must stay within model directory"),
+            (http, dict(config=OVERRIDE_CONFIG, files={"file:1": b"x", "file:1/model.py": code}),
+             "directory has been created as a file"),
+        ]
+        for client, kwargs, message in refusals:
+            with pytest.raises(InferenceServerException) as err:
+                client.load_model("m", **kwargs)
+            assert message in err.value.message()
+        assert not escaped.exists() and not override_dirs(server)
+        assert all(m["name"] != "m" for m in http.get_model_repository_index())
+        # the same load with its config works, over gRPC too
+        grpc.load_model("m", config=OVERRIDE_CONFIG, files={"file:1/model.py": code})
+        assert infer_x(grpc, "m").tolist() == [2, 4, 6]
+        pid = server.pid
+    assert not list(Path(tempfile.gettempdir()).glob(f"pbserve-model-{pid}-*"))
+
+
+def test_files_a_killed_server_was_loaded_from_go_when_the_next_starts(tmp_path):
+    args = ["--model-control-mode", "explicit"]
+    with running_server(tmp_path, args=args, log_path=tmp_path / "log") as server:
+        server.http_client().load_model("m", config=OVERRIDE_CONFIG,
+                                        files={"file:1/model.py": DOUBLING_MODEL.encode()})
+        left = override_dirs(server)
+        assert len(left) == 1
+        os.killpg(server.pid, signal.SIGKILL)
+        server.proc.wait(10)
+    assert left[0].exists()
+    with running_server(tmp_path, args=args, log_path=tmp_path / "log2"):
+        assert not left[0].exists()

@@ -44,8 +44,10 @@ class InferenceCore(Protocol):
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
         """(Re)load; `config` is a JSON override of config.pbtxt, `files` maps
-        "file:<relative path>" to content. Raises INVALID_ARG naming the model when the
-        load fails; the model then stays in the index as UNAVAILABLE."""
+        "file:<relative path>" to content, and the model is then loaded from those files
+        alone (file_override.py). Raises INVALID_ARG naming the model when the load
+        fails; the model then stays in the index as UNAVAILABLE (a request refused before
+        loading, such as files without a config, changes nothing)."""
         ...
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...

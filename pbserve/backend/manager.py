@@ -20,9 +20,12 @@ from pbserve.backend import metrics
 from pbserve.backend.model import Model
 from pbserve.backend.block_refs import BlockRefs
 from pbserve.backend.config_sources import ConfigSources
+from pbserve.backend.file_override import (
+    remove_override, sweep_dead_overrides, write_override)
 from pbserve.backend.gpus import visible_gpus
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
-from pbserve.backend.repository import find_model, scan_repositories, served_versions
+from pbserve.backend.repository import (
+    check_model_name, find_model, scan_repositories, served_versions)
 from pbserve.backend.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
@@ -49,6 +52,7 @@ class ModelEntry:
     versions: dict[str, Model] = field(default_factory=dict)
     failed: bool = False
     fingerprint: tuple = ()  # of its files at the last load attempt (poll mode)
+    override_dir: Path | None = None  # the files it was loaded from (file_override.py)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -86,6 +90,8 @@ class ModelManager:
         removed = sweep_dead_owners()
         if removed:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
+        for directory in sweep_dead_overrides():
+            log.info("removed %s, model files a dead server was loaded from", directory)
         self._pool = Pool(new_prefix() + "-parent")
         self._refs = BlockRefs(self._pool)
         self._live = True
@@ -200,11 +206,11 @@ class ModelManager:
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
         self._check_explicit()
+        override = None
         if files:
-            raise ServerError(ErrorCode.UNSUPPORTED,
-                              f"failed to load '{name}': loading with files is not "
-                              f"supported by this version of pbserve")
-        await self._load(name, config)
+            check_model_name(name)
+            override = await asyncio.to_thread(write_override, config, files)
+        await self._load(name, config, override)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._check_explicit()
@@ -227,21 +233,25 @@ class ModelManager:
             entry = self._entries[name] = ModelEntry(name)
         return entry
 
-    async def _load(self, name: str, config_override: str | None = None) -> None:
-        """(Re)load every served version of `name`. A reload starts the new instances
-        beside the old ones, swaps, then unloads the old (after their in-flight work).
-        On failure a model that was serving keeps serving; one that was not stays in the
-        index as UNAVAILABLE with the error as its reason."""
+    async def _load(self, name: str, config_override: str | None = None,
+                    override_dir: Path | None = None) -> None:
+        """(Re)load every served version of `name` (from `override_dir` when the
+        request sent its files, else from its repository). A reload starts the new
+        instances beside the old ones, swaps, then unloads the old (after their in-flight
+        work). On failure a model that was serving keeps serving; one that was not stays
+        in the index as UNAVAILABLE with the error as its reason."""
         entry = self._entry(name)
         async with entry.lock:
             old = entry.versions
             if not old:
                 entry.state, entry.reason, entry.failed = LOADING, "", False
-            source = self._source_path(name)
+            source = override_dir or self._source_path(name)
             entry.fingerprint = fingerprint(source) if source is not None else ()
             try:
-                entry.versions = await self._load_versions(name, config_override)
+                entry.versions = await self._load_versions(name, config_override,
+                                                           override_dir)
             except Exception as err:  # noqa: BLE001 - a load never takes the server down
+                remove_override(override_dir)
                 message = err.message if isinstance(err, ServerError) else \
                     f"failed to load '{name}': {err}"
                 entry.reason = message
@@ -250,10 +260,12 @@ class ModelManager:
                 log.error("%s", message)
                 raise ServerError(ErrorCode.INVALID_ARG, message) from None
             entry.state, entry.reason, entry.failed = READY, "", False
+            old_dir, entry.override_dir = entry.override_dir, override_dir
             log.info("successfully loaded '%s'", name)
             if old:
                 await asyncio.gather(*(m.unload() for m in old.values()),
                                      return_exceptions=True)
+            remove_override(old_dir)
 
     def _source_path(self, name: str) -> Path | None:
         for repository in self.repositories:
@@ -273,16 +285,16 @@ class ModelManager:
             await self._unload(entry)
             entry.fingerprint = ()
 
-    async def _load_versions(self, name: str, config_override: str | None
-                             ) -> dict[str, Model]:
-        source = find_model(self.repositories, name)
-        cfg = self.config_sources.config(source.path, config_override)
-        cfg = complete_defaults(cfg, name, source.path, gpus=visible_gpus(), check_io=False)
-        versions = served_versions(cfg, source.path)
+    async def _load_versions(self, name: str, config_override: str | None,
+                             override_dir: Path | None = None) -> dict[str, Model]:
+        model_dir = override_dir or find_model(self.repositories, name).path
+        cfg = self.config_sources.config(model_dir, config_override)
+        cfg = complete_defaults(cfg, name, model_dir, gpus=visible_gpus(), check_io=False)
+        versions = served_versions(cfg, model_dir)
         assert self._pool is not None
         loaded: dict[str, Model] = {}
         for version in versions:
-            model = Model(name, version, source.path, cfg, self._refs, self._regions,
+            model = Model(name, version, model_dir, cfg, self._refs, self._regions,
                           self._calls)
             try:
                 await model.load(self.auto_complete)
@@ -298,6 +310,8 @@ class ModelManager:
             if entry.versions:
                 await self._unload_versions(entry)
             entry.state, entry.reason, entry.failed = UNAVAILABLE, "unloaded", False
+            remove_override(entry.override_dir)
+            entry.override_dir = None
 
     async def _unload_versions(self, entry: ModelEntry) -> None:
         entry.state = UNLOADING

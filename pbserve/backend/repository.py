@@ -72,7 +72,7 @@ def find_model(repositories: Iterable[Path], name: str) -> ModelSource:
     """The one place of model `name` for an explicit load, with Triton's errors: a
     bad name is INVALID_ARG; absent or in two repositories is Triton's INTERNAL
     "failed to poll" (the log says which)."""
-    _check_model_name(name)
+    check_model_name(name)
     sources = [ModelSource(name, Path(r) / name, Path(r)) for r in repositories
                if (Path(r) / name).exists()]
     if len(sources) == 1:
@@ -85,7 +85,7 @@ def find_model(repositories: Iterable[Path], name: str) -> ModelSource:
                       f"failed to load '{name}', failed to poll from model repository")
 
 
-def _check_model_name(name: str) -> None:
+def check_model_name(name: str) -> None:
     """Triton's ValidateModelName (explicit load): no empty names, no path traversal."""
     trimmed = name.strip()
     if not trimmed:
