@@ -286,6 +286,16 @@ def test_a_model_loads_and_unloads_other_models_and_asks_readiness(server):
         "to poll from model repository")
 
 
+def test_a_model_loads_another_from_files_it_sends(server):
+    client = server.http_client()
+    assert control(client, "load_files", "parity_from_files") == "ok"
+    try:
+        assert text(client.infer("parity_from_files", DUMMY), "WHO") == "loaded-from-files"
+    finally:
+        client.unload_model("parity_from_files")
+    assert not client.is_model_ready("parity_from_files")
+
+
 def test_a_model_can_unload_itself_once_its_execute_returns(server):
     client = server.http_client()
     assert control(client, "unload", "parity_control") == "ok"

@@ -12,6 +12,15 @@ TARGET_CONFIG = {
     "output": [{"name": "WHO", "data_type": "TYPE_STRING", "dims": [1]}],
     "parameters": {"who": {"string_value": "configured-by-parity_control"}},
 }
+FILES_MODEL = b"""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = pb_utils.Tensor("WHO", np.array([b"loaded-from-files"], dtype=np.object_))
+        return [pb_utils.InferenceResponse([out]) for _ in requests]
+"""
 
 
 def run(op, name):
@@ -19,6 +28,9 @@ def run(op, name):
         pb_utils.load_model(name)
     elif op == "load_config":
         pb_utils.load_model(model_name=name, config=json.dumps(TARGET_CONFIG))
+    elif op == "load_files":
+        pb_utils.load_model(name, config=json.dumps(dict(TARGET_CONFIG, name=name)),
+                            files={"file:1/model.py": FILES_MODEL})
     elif op == "unload":
         pb_utils.unload_model(name)
     elif op == "ready":
