@@ -616,6 +616,23 @@ def test_malformed_http_is_400_and_closes(server):
     assert received.startswith(b"HTTP/1.1 400")
 
 
+def test_an_endless_head_is_431_and_closes_and_the_server_serves_on(server):
+    with socket.create_connection(("127.0.0.1", server.http.port), timeout=10) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        received = b""
+        try:
+            for _ in range(64):  # 64 x 16 KiB of one header value, never ended
+                time.sleep(0.005)
+                sock.sendall(b"a" * 16384)
+        except OSError:  # the server closed the connection while we were still sending
+            pass
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 431"), received[:200]
+    assert b"exceed" in received
+    assert raw(server, "GET", "/v2/health/live")[0] == 200
+
+
 def test_a_claimed_content_length_allocates_nothing_before_the_body_arrives(server):
     claimed = 256 * 1024 * 1024
     tracemalloc.start()

@@ -35,6 +35,9 @@ JOIN_LIMIT = 256 * 1024
 GATHER_LIMIT = 1024 * 1024
 # Stop reading from a client that pipelines more than this many requests ahead.
 MAX_PENDING = 32
+# A request line and headers longer than this get 431 and the connection is closed (KServe
+# heads are small: tensors and their JSON header travel in the body).
+MAX_HEAD = 64 * 1024
 
 _STATUS_LINES = {
     int(s): b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in http.HTTPStatus
@@ -103,6 +106,8 @@ class HttpConnection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
+        self._in_head = False  # between a request's first byte and its headers' end
+        self._head_bytes = 0
         self._body = _Body(0)
         self._pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
         self._task: asyncio.Task | None = None
@@ -137,18 +142,31 @@ class HttpConnection(asyncio.Protocol):
         self._wake_drain()
 
     def data_received(self, data: bytes) -> None:
+        in_head = self._in_head
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(message_reply(400, "protocol upgrade is not supported"))
+            return
         except httptools.HttpParserError as exc:
             self._fail(message_reply(400, f"malformed HTTP request: {exc}"))
+            return
+        # The parser keeps a head until it is complete: bound what one may hold. A chunk
+        # counts when the head it continues is still open after it (one that starts a
+        # head mid-chunk is not counted: it may be mostly the previous request's body).
+        if in_head and self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD:
+                self._fail(message_reply(431, f"request line and headers exceed "
+                                              f"{MAX_HEAD} bytes"))
 
     # --- httptools callbacks -------------------------------------------------------
 
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = {}
+        self._in_head = True
+        self._head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -157,6 +175,7 @@ class HttpConnection(asyncio.Protocol):
         self._headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         headers = self._headers
         length = headers.get(b"content-length")
         self._body = _Body(int(length) if length is not None and length.isdigit() else 0)
