@@ -210,7 +210,13 @@ class ModelManager:
         if files:
             check_model_name(name)
             override = await asyncio.to_thread(write_override, config, files)
-        await self._load(name, config, override)
+        try:
+            await self._load(name, config, override)
+        except BaseException:  # failed or cancelled: the files are ours unless adopted
+            entry = self._entries.get(name)
+            if override is not None and (entry is None or entry.override_dir != override):
+                remove_override(override)
+            raise
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._check_explicit()
@@ -251,7 +257,6 @@ class ModelManager:
                 entry.versions = await self._load_versions(name, config_override,
                                                            override_dir)
             except Exception as err:  # noqa: BLE001 - a load never takes the server down
-                remove_override(override_dir)
                 message = err.message if isinstance(err, ServerError) else \
                     f"failed to load '{name}': {err}"
                 entry.reason = message
