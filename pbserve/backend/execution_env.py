@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pbserve.backend.private_dir import UntrustedDirectory, private_dir
 from pbserve.errors import invalid_arg
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
@@ -59,7 +60,10 @@ def unpacked(archive: Path) -> Path:
     earlier versions of the same archive are removed."""
     stat = archive.stat()
     root = Path(tempfile.gettempdir()) / f"pbserve_env_{os.getuid()}"
-    root.mkdir(mode=0o700, exist_ok=True)
+    try:
+        private_dir(root)  # one another user made could hold their own bin/python
+    except UntrustedDirectory as err:
+        raise invalid_arg(f"cannot unpack {ENV_PARAMETER} archive '{archive}': {err}") from None
     digest = hashlib.sha256(str(archive.resolve()).encode()).hexdigest()[:16]
     target = root / f"{digest}-{stat.st_mtime_ns}-{stat.st_size}"
     if target.is_dir():

@@ -10,6 +10,8 @@ is closed.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import hashlib
 import os
 import shutil
@@ -21,6 +23,7 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from pbserve.backend.private_dir import UntrustedDirectory, check_private
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
 from shm.queue import MessageQueue
@@ -39,17 +42,36 @@ def _stub_path() -> str:
 
     Not the directory they are installed in: with a regular install that is the whole
     site-packages of the server, which would shadow a model environment's own packages.
+    Shared by this user's servers of one install, under a fixed name in the temp dir; one
+    that another user could have made (private_dir.check_private) is never used: this
+    server then makes a private one of its own, removed when it exits.
     """
     digest = hashlib.sha256(str(_PROJECT_ROOT).encode()).hexdigest()[:12]
     path = Path(tempfile.gettempdir()) / f"pbserve_stub_path_{os.getuid()}_{digest}"
-    if not path.is_dir():
-        scratch = Path(tempfile.mkdtemp(prefix=path.name + "-", dir=path.parent))
-        for name in _STUB_MODULES:
-            (scratch / name).symlink_to(_PROJECT_ROOT / name)
+    if not os.path.lexists(path):
+        scratch = _linked_stub_modules(path.parent, path.name + "-")
         try:
             scratch.rename(path)
         except OSError:  # another process made it first
             shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        return str(check_private(path))
+    except UntrustedDirectory as err:
+        return _own_stub_path(str(err))
+
+
+def _linked_stub_modules(parent: Path, prefix: str) -> Path:
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    for name in _STUB_MODULES:
+        (scratch / name).symlink_to(_PROJECT_ROOT / name)
+    return scratch
+
+
+@functools.cache
+def _own_stub_path(reason: str) -> str:
+    log.warning("%s; the stubs of this server import from a private directory instead", reason)
+    path = _linked_stub_modules(Path(tempfile.gettempdir()), "pbserve_stub_path_own_")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     return str(path)
 
 
