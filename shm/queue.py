@@ -124,6 +124,11 @@ class MessageQueue:
             release()
         return message
 
+    def pending(self) -> bool:
+        """Whether a message waits (no syscall: sem_getvalue reads the semaphore's word);
+        what a bounded spin polls before the consumer blocks."""
+        return self._items.value > 0
+
     def _reserve(self, need: int, timeout: float | None) -> None:
         """Take `need` slots of room, all within `timeout` (or none: QueueFull)."""
         deadline = None if timeout is None else time.monotonic() + timeout

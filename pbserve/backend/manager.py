@@ -23,6 +23,7 @@ from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.file_override import (
     remove_override, sweep_dead_overrides, write_override)
 from pbserve.backend.gpus import visible_gpus
+from pbserve.backend.instance import RunningInstances
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import (
     check_model_name, find_model, scan_repositories, served_versions)
@@ -82,6 +83,7 @@ class ModelManager:
         self._pool: Pool | None = None
         self._regions = RegionMap()
         self._calls = StubCalls(self.model, self._regions.view, self)
+        self._running = RunningInstances()  # decides whether a reply is awaited spinning
         self._live = False
 
     # -- server lifecycle -------------------------------------------------------------
@@ -300,7 +302,7 @@ class ModelManager:
         loaded: dict[str, Model] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
-                          self._calls)
+                          self._calls, self._running)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

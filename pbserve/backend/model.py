@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from pbserve.backend.execution_env import stub_python
-from pbserve.backend.instance import InstanceState, ModelInstance
+from pbserve.backend.instance import InstanceState, ModelInstance, RunningInstances
 from pbserve.backend.metrics import ModelStats
 from pbserve.backend.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
@@ -33,7 +33,8 @@ _keys = itertools.count(1)
 
 class Model:
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
-                 refs: BlockRefs, regions: RegionMap, calls: StubCalls) -> None:
+                 refs: BlockRefs, regions: RegionMap, calls: StubCalls,
+                 running: RunningInstances | None = None) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -43,6 +44,7 @@ class Model:
         self._refs = refs
         self._regions = regions
         self._calls = calls
+        self._running = running or RunningInstances()
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._validator: RequestValidator | None = None
         self._output_names: tuple[str, ...] = ()  # the config's, for requests naming none
@@ -106,7 +108,7 @@ class Model:
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
                     model_log=self._log, calls=self._calls, python=self._python,
-                    refs=self._refs))
+                    refs=self._refs, running=self._running))
         self.scheduler.instances = self.instances
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:

@@ -259,6 +259,7 @@ class Scheduler:
             for instance in self.instances:
                 if instance.ready:
                     instance.execute([pending])
+                    instance.await_reply_briefly()
                     return
         request = pending.request
         level = self._level_of(request.priority)
