@@ -76,8 +76,8 @@ class Stub:
 
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
-        self.up_q.put(p.encode(message))
-        if self.doorbell_fd >= 0:
+        first = self.up_q.put(p.encode(message))
+        if first and self.doorbell_fd >= 0:  # else the parent has yet to read the last
             ring(self.doorbell_fd)
 
     def log_error(self, text: str) -> None:
