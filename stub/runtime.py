@@ -79,6 +79,13 @@ class StubRuntime:
             self._cancelled.discard(key)
             self._coroutines.pop(key, None)
 
+    def all_cancelled(self, keys: list[int]) -> bool:
+        """Whether every one of these requests was cancelled (before they started)."""
+        if not self._cancelled:
+            return False  # the common case, without the lock
+        with self._lock:
+            return all(key in self._cancelled for key in keys)
+
     def is_cancelled(self, request: "InferenceRequest") -> bool:
         """The parent pushes cancellations to the stub, so asking costs no round trip."""
         with self._lock:

@@ -65,6 +65,7 @@ class Stub:
         self.module = None
         self.runtime: StubRuntime | None = None
         self.decoupled = False
+        self.model_name = ""
         self.cancel_coroutines = False
         self.async_loop = AsyncLoopThread(self.log_error)
         self.calls = Calls(self.send)
@@ -180,6 +181,7 @@ class Stub:
     def on_init(self, args: dict, model_path: str, decoupled: bool) -> None:
         try:
             self.decoupled = decoupled
+            self.model_name = args.get("model_name", "")
             parameters = json.loads(args.get("model_config") or "{}").get("parameters", {})
             self.cancel_coroutines = parameters.get(CANCEL_COROUTINES, {}).get(
                 "string_value", "").lower() in ("true", "yes", "1", "on")
@@ -197,6 +199,9 @@ class Stub:
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
             self._free(frees)
+        if not self.decoupled and self.runtime.all_cancelled([r[0] for r in requests]):
+            self._drop_cancelled(batch_id, requests)
+            return
         lent: list[int] = []  # inputs that may be answered as they are, during this call
         built = [self._request(r, lent) for r in requests]
         keys = tuple([r._key for r in built])
@@ -241,6 +246,17 @@ class Stub:
         for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
                 self.request_closed(req._key)
+
+    def _drop_cancelled(self, batch_id: int, requests: tuple) -> None:
+        """A batch that waited in this stub's queue and whose every request was cancelled
+        meanwhile is answered without `execute`, as Triton drops a cancelled request
+        before it runs."""
+        error = (int(TritonError.CANCELLED), f"request for model '{self.model_name}' "
+                                             f"was cancelled")
+        self.send((p.RESPONSES, batch_id, None,
+                   tuple([(r[0], (error, (), "{}")) for r in requests]), ()))
+        for r in requests:
+            self.request_closed(r[0])
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \

@@ -29,6 +29,9 @@ RESTART_PAUSE_MAX_S = 30.0
 # idle server (ModelInstance.await_reply_briefly); longer hops are left to the doorbell.
 REPLY_SPIN_NS = 150_000
 _HOP_WEIGHT = 8  # the hop estimate follows 1/8 of each new figure
+# A second batch waits in the stub's queue only behind batches shorter than this
+# (ModelInstance.can_queue_another).
+QUEUE_AHEAD_MAX_HOP_NS = 1_000_000
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
@@ -80,6 +83,7 @@ class ModelInstance:
         self._regions = regions
         self._on_idle = on_idle
         self._on_reschedule: Callable[[PendingRequest], None] | None = None
+        self._on_requeue: Callable[[list[PendingRequest]], None] | None = None
         self._on_batch_done = on_batch_done
         self._model_log = model_log
         self._stub: StubProcess | None = None
@@ -95,11 +99,16 @@ class ModelInstance:
         self._batch_sent_ns = 0
 
     def set_on_idle(self, on_idle: Callable[["ModelInstance"], None],
-                    on_reschedule: Callable[[PendingRequest], None] | None = None) -> None:
+                    on_reschedule: Callable[[PendingRequest], None] | None = None,
+                    on_requeue: Callable[[list[PendingRequest]], None] | None = None
+                    ) -> None:
         """`on_reschedule(pending)`: the model released the request with RESCHEDULE;
-        it is no longer in flight here (called before `on_idle` for its batch)."""
+        it is no longer in flight here (called before `on_idle` for its batch).
+        `on_requeue(requests)`: a batch that was waiting in the queue of a stub that died
+        never started; it goes back to the front of the scheduler's queue."""
         self._on_idle = on_idle
         self._on_reschedule = on_reschedule
+        self._on_requeue = on_requeue
 
     @property
     def pid(self) -> int | None:
@@ -109,6 +118,18 @@ class ModelInstance:
     def inflight(self) -> int:
         """Requests sent to the stub that have not had their final response."""
         return len(self._inflight)
+
+    @property
+    def can_queue_another(self) -> bool:
+        """Whether a second batch may wait in the stub's queue behind the running one
+        (the default scheduler asks, without a batcher): the stub then starts it without
+        sleeping in between, and the parent's send wakes nobody (sem_post makes no
+        syscall without a sleeper). Not for a decoupled model, not while the running
+        batch calls its own model, not behind batches that run long: a request bound to
+        a slow instance might have gone to another that frees sooner."""
+        return (self.state is InstanceState.READY and len(self._batches) == 1
+                and not self.decoupled and self.self_calls == 0
+                and self._hop_ns < QUEUE_AHEAD_MAX_HOP_NS)
 
     @property
     def ready(self) -> bool:
@@ -218,6 +239,7 @@ class ModelInstance:
         message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "
                    f"while model '{self.model_name}' was running")
         log.error("%s; restarting it", message)
+        self._requeue_waiting()
         self._fail_inflight(message, ErrorCode.INTERNAL)
         self.state = InstanceState.RESTARTING
         self._loop.create_task(self._restart())
@@ -242,6 +264,20 @@ class ModelInstance:
             pause = min(pause * 2, RESTART_PAUSE_MAX_S)
         self._on_idle(self)
 
+    def _requeue_waiting(self) -> None:
+        """Batches after the first one were waiting in the dead stub's queue, never
+        started: back to the scheduler (a crash costs only the request that ran)."""
+        if self._on_requeue is None or len(self._batches) < 2:
+            return
+        waiting = list(self._batches)[1:]
+        for batch_id in reversed(waiting):  # each goes to the front: the oldest last
+            batch = self._batches.pop(batch_id)
+            for pending in batch:
+                self._inflight.pop(pending.key, None)
+                pending.instance = None
+                pending.exec_start_ns = 0
+            self._on_requeue(batch)
+
     def _fail_inflight(self, message: str, code: ErrorCode) -> None:
         batches, self._batches = self._batches, {}
         inflight, self._inflight = self._inflight, {}
@@ -254,7 +290,7 @@ class ModelInstance:
     # -- executing --------------------------------------------------------------------
     def execute(self, batch: list[PendingRequest]) -> None:
         """Send a batch to the stub; the instance is busy until the stub says it is done."""
-        assert self._stub is not None and self.ready
+        assert self._stub is not None and (self.ready or self.can_queue_another)
         now = time.monotonic_ns()
         batch_id = self._next_batch = self._next_batch + 1
         frees = tuple(self._frees)
@@ -262,9 +298,10 @@ class ModelInstance:
         # read on this loop, so after it).
         self._stub.send((p.EXECUTE, batch_id, tuple([pr.inputs for pr in batch]), frees))
         self._frees.clear()
-        self.busy = True
-        self._running.count += 1
-        self._batch_sent_ns = now
+        if not self.busy:  # else it waits in the stub's queue; it starts when that ends
+            self._running.count += 1
+            self._batch_sent_ns = now
+            self.busy = True
         self._batches[batch_id] = batch
         inflight = self._inflight
         for pending in batch:
@@ -351,7 +388,10 @@ class ModelInstance:
         for key in rescheduled:
             self._reschedule(key)
         self._on_batch_done(batch)
-        self._end_busy()
+        if self._batches:
+            self._start_next()
+        else:
+            self._end_busy()
         if self.state is InstanceState.READY:
             self._on_idle(self)
 
@@ -359,8 +399,19 @@ class ModelInstance:
         if self.busy:
             self._running.count -= 1
             self.busy = False
-            hop = time.monotonic_ns() - self._batch_sent_ns
-            self._hop_ns += (hop - self._hop_ns) // _HOP_WEIGHT
+            self._time_hop(time.monotonic_ns())
+
+    def _start_next(self) -> None:
+        """The stub goes on with the batch that waited in its queue: its compute time
+        starts now."""
+        now = time.monotonic_ns()
+        self._time_hop(now)
+        self._batch_sent_ns = now
+        for pending in next(iter(self._batches.values())):
+            pending.exec_start_ns = now
+
+    def _time_hop(self, now: int) -> None:
+        self._hop_ns += (now - self._batch_sent_ns - self._hop_ns) // _HOP_WEIGHT
 
     def _reschedule(self, key: int) -> None:
         """RESCHEDULE: the request goes back to the scheduler instead of completing."""

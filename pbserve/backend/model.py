@@ -123,7 +123,8 @@ class Model:
         for instance in self.instances:
             instance.init_args["model_config"] = config_json
             instance.decoupled = self.decoupled
-            instance.set_on_idle(self.scheduler.on_idle, self.scheduler.reschedule)
+            instance.set_on_idle(self.scheduler.on_idle, self.scheduler.reschedule,
+                                 getattr(self.scheduler, "requeue", None))
 
     def _new_scheduler(self, cfg: mc.ModelConfig) -> Scheduler | SequenceBatcher:
         """Triton's choice: the sequence batcher when configured, else the dynamic
