@@ -24,9 +24,26 @@ async def _body(receive) -> bytes:
             return b"".join(chunks)
 
 
+async def _wait_for_disconnect(receive, what: str) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    echo.record(f"{what} cancelled")
+
+
+async def _refuse(send, error: echo.Refused) -> None:
+    await send(_START)
+    await send({"type": "http.response.body", "body": b""})
+    await send({"type": "http.response.trailers", "headers": error.trailers()})
+
+
 async def _unary(fn, receive, send) -> None:
     (body,) = Deframer().feed(await _body(receive))
-    answer = fn(body)
+    try:
+        answer = fn(body)
+    except echo.Wait:
+        return await _wait_for_disconnect(receive, "call")
+    except echo.Refused as error:
+        return await _refuse(send, error)
     await send(_START)
     await send({"type": "http.response.body", "body": frame(answer)})
     await send(_OK)
@@ -40,8 +57,11 @@ async def _stream(receive, send) -> None:
         if message["type"] != "http.request":
             return
         for body in deframer.feed(message.get("body", b"")):
-            await send({"type": "http.response.body", "body": frame(echo.stream_infer(body)),
-                        "more_body": True})
+            try:
+                answer = echo.stream_infer(body)
+            except echo.Wait:
+                return await _wait_for_disconnect(receive, "stream")
+            await send({"type": "http.response.body", "body": frame(answer), "more_body": True})
         if not message.get("more_body"):
             break
     await send({"type": "http.response.body", "body": b""})

@@ -7,6 +7,7 @@ as OUTPUT0: the same protobuf work for every transport, no model behind it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,8 +74,45 @@ def _constant_answers() -> dict[str, bytes]:
 _CONSTANT = _constant_answers()
 
 
+# Feature probes (features.py): a request for model "wait" is never answered (the call
+# waits for its cancellation and records it), one for model "error" fails with a status.
+WAIT_MODEL, ERROR_MODEL = "wait", "error"
+ERROR_STATUS, ERROR_MESSAGE = 3, "bad input: 100% wrong, ünïcode kept"
+
+
+class Wait(Exception):
+    """The call must wait until the client cancels it."""
+
+
+class Refused(Exception):
+    """The call ends with a gRPC status and message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def trailers(self) -> list[tuple[bytes, bytes]]:
+        """grpc-status and the percent-encoded grpc-message, as the spec writes them."""
+        message = "".join(c if " " <= c <= "~" and c != "%" else
+                          "".join(f"%{b:02X}" for b in c.encode()) for c in self.message)
+        return [(b"grpc-status", str(self.status).encode()), (b"grpc-message", message.encode())]
+
+
+def record(event: str) -> None:
+    """Append an event (a cancellation seen) to $ECHO_EVENTS, when set."""
+    path = os.environ.get("ECHO_EVENTS")
+    if path:
+        with open(path, "a") as f:
+            f.write(event + "\n")
+
+
 def infer_response(request: pb.ModelInferRequest) -> pb.ModelInferResponse:
     """INPUT0 back as OUTPUT0 (raw bytes, same shape)."""
+    if request.model_name == WAIT_MODEL:
+        raise Wait()
+    if request.model_name == ERROR_MODEL:
+        raise Refused(ERROR_STATUS, ERROR_MESSAGE)
     _served[0] += 1
     response = pb.ModelInferResponse(model_name=request.model_name, model_version="1",
                                      id=request.id)

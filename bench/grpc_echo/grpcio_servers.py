@@ -14,20 +14,37 @@ import grpc
 
 from grpc_echo import echo
 
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
 OPTIONS = [("grpc.max_send_message_length", 2**31 - 1),
            ("grpc.max_receive_message_length", 2**31 - 1),
            ("grpc.so_reuseport", 0)]
 
 
+async def _wait_for_cancel(what: str) -> None:
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        echo.record(f"{what} cancelled")
+        raise
+
+
 def _aio_handlers() -> grpc.GenericRpcHandler:
     def unary(fn):
-        async def call(body: bytes, _context) -> bytes:
-            return fn(body)
+        async def call(body: bytes, context) -> bytes:
+            try:
+                return fn(body)
+            except echo.Wait:
+                await _wait_for_cancel("call")
+            except echo.Refused as error:
+                await context.abort(_CODES[error.status], error.message)
         return grpc.unary_unary_rpc_method_handler(call)
 
     async def stream(requests: AsyncIterator[bytes], _context) -> AsyncIterator[bytes]:
         async for body in requests:
-            yield echo.stream_infer(body)
+            try:
+                yield echo.stream_infer(body)
+            except echo.Wait:
+                await _wait_for_cancel("stream")
 
     methods = {m: unary(echo.unary_handler(m)) for m in echo.UNARY_METHODS}
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(stream)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from grpclib.config import Configuration
-from grpclib.const import Cardinality, Handler
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.exceptions import GRPCError
 from grpclib.encoding.base import CodecBase
 from grpclib.server import Server, Stream
 
@@ -24,6 +26,14 @@ class BytesCodec(CodecBase):
         return data
 
 
+async def _wait_for_cancel(what: str) -> None:
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        echo.record(f"{what} cancelled")
+        raise
+
+
 class EchoService:
     """The RPCs as grpclib handlers."""
 
@@ -31,12 +41,21 @@ class EchoService:
         def unary(fn):
             async def call(stream: Stream) -> None:
                 body = await stream.recv_message()
-                await stream.send_message(fn(body))
+                try:
+                    answer = fn(body)
+                except echo.Wait:
+                    return await _wait_for_cancel("call")
+                except echo.Refused as error:
+                    raise GRPCError(Status(error.status), error.message) from None
+                await stream.send_message(answer)
             return Handler(call, Cardinality.UNARY_UNARY, bytes, bytes)
 
         async def stream_infer(stream: Stream) -> None:
             async for body in stream:
-                await stream.send_message(echo.stream_infer(body))
+                try:
+                    await stream.send_message(echo.stream_infer(body))
+                except echo.Wait:
+                    return await _wait_for_cancel("stream")
 
         mapping = {echo.PREFIX + m: unary(echo.unary_handler(m)) for m in echo.UNARY_METHODS}
         mapping[echo.STREAM_METHOD] = Handler(stream_infer, Cardinality.STREAM_STREAM,

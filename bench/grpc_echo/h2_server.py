@@ -29,7 +29,7 @@ _UNIMPLEMENTED = [(b"grpc-status", b"12")]
 class _Call:
     """One stream: its request messages in, its response bytes waiting for window."""
 
-    __slots__ = ("path", "deframer", "requests", "out", "sent", "done", "streaming")
+    __slots__ = ("path", "deframer", "requests", "out", "sent", "done", "streaming", "waiting")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -39,6 +39,7 @@ class _Call:
         self.sent = False
         self.done = False
         self.streaming = path == echo.STREAM_METHOD
+        self.waiting = False  # a probe waiting for its cancellation
 
 
 class EchoProtocol(asyncio.Protocol):
@@ -72,7 +73,9 @@ class EchoProtocol(asyncio.Protocol):
             elif isinstance(event, WindowUpdated):
                 self._flush_all() if event.stream_id == 0 else self._flush(event.stream_id)
             elif isinstance(event, StreamReset):
-                self.calls.pop(event.stream_id, None)
+                call = self.calls.pop(event.stream_id, None)
+                if call is not None and call.waiting:
+                    echo.record("stream cancelled" if call.streaming else "call cancelled")
             elif isinstance(event, ConnectionTerminated):
                 self.transport.close()
                 return
@@ -82,7 +85,10 @@ class EchoProtocol(asyncio.Protocol):
         messages = call.deframer.feed(data)
         if call.streaming:
             for body in messages:
-                self._send(stream_id, call, echo.stream_infer(body))
+                try:
+                    self._send(stream_id, call, echo.stream_infer(body))
+                except echo.Wait:
+                    call.waiting = True
         else:
             call.requests.extend(messages)  # answered at the end of the stream
 
@@ -98,8 +104,18 @@ class EchoProtocol(asyncio.Protocol):
             self.conn.send_headers(stream_id, _UNIMPLEMENTED, end_stream=True)
             del self.calls[stream_id]
             return
+        try:
+            answer = fn(requests[0])
+        except echo.Wait:
+            call.waiting = True
+            return
+        except echo.Refused as error:
+            self.conn.send_headers(stream_id, _HEADERS)
+            self.conn.send_headers(stream_id, error.trailers(), end_stream=True)
+            del self.calls[stream_id]
+            return
         call.done = True
-        self._send(stream_id, call, fn(requests[0]))
+        self._send(stream_id, call, answer)
 
     def _send(self, stream_id: int, call: _Call, message: bytes) -> None:
         call.out.append(memoryview(frame(message)))
