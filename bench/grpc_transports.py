@@ -90,7 +90,7 @@ class Echo:
             [sys.executable, str(HERE / "grpc_echo" / "serve.py"), transport, str(self.port)],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         """Until the port accepts connections (whether it speaks gRPC is smoke's job)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -104,6 +104,21 @@ class Echo:
                     raise RuntimeError(f"{self.transport} not listening after {timeout} s"
                                        ) from None
                 time.sleep(0.1)
+
+    def wait_model_ready(self, timeout: float = 60.0) -> None:
+        """Until ModelReady says so (a pbserve-* server loads the model after listening)."""
+        import tritonclient.grpc as grpcclient
+
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{self.port}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if client.is_model_ready("identity_fp32"):
+                    return
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.transport}: the model is not ready after {timeout} s")
 
     def __enter__(self) -> Echo:
         return self
@@ -141,6 +156,7 @@ def measure(pa: str, env: dict[str, str], transport: str, row: tuple, logdir: st
     _, elements, concurrency, window, trials = row
     with Echo(transport, logdir) as echo:
         echo.wait_ready()
+        echo.wait_model_ready()
         csv_path = os.path.join(logdir, "pa.csv")
         if os.path.exists(csv_path):
             os.unlink(csv_path)
@@ -181,13 +197,13 @@ def machine_busy() -> float:
 Results = dict[tuple[str, str], list["dict[str, float] | None"]]  # (row, transport) -> rounds
 
 
-def report(rows: list[tuple], transports: list[str], results: Results) -> None:
+def report(rows: list[tuple], transports: list[str], results: Results, baseline: str) -> None:
     print("\n| row | transport | infer/s (median) | p50 us | server CPU us/infer | "
-          f"ratio to {BASELINE} (rounds' range) |")
+          f"ratio to {baseline} (rounds' range) |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         key = row[0]
-        base = results.get((key, BASELINE), [])
+        base = results.get((key, baseline), [])
         for t in transports:
             rounds = results.get((key, t), [])
             runs = [r for r in rounds if r]
@@ -209,10 +225,13 @@ def main() -> None:
     ap.add_argument("--transports", default=",".join(TRANSPORTS))
     ap.add_argument("--rows", default=".", help="regex on the row names")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline", default=BASELINE, help="the transport ratios are taken to")
+    ap.add_argument("--no-smoke", action="store_true",
+                    help="skip the smoke check (pbserve-* prototypes serve no streams)")
     args = ap.parse_args()
     transports = args.transports.split(",")
-    if BASELINE not in transports:
-        transports.insert(0, BASELINE)
+    if args.baseline not in transports:
+        transports.insert(0, args.baseline)
     rows = [r for r in ROWS if re.search(args.rows, r[0])]
     env = anchor_env()
     pa = env["PERF_ANALYZER"]
@@ -224,7 +243,7 @@ def main() -> None:
         busy = machine_busy()
     print(f"logs in {logdir}; machine busy {busy:.0%} before the run")
 
-    for t in list(transports):
+    for t in [] if args.no_smoke else list(transports):
         failure = smoke(t, logdir)
         if failure:
             print(f"{t}: left out, fails tritonclient's smoke check: {failure}")
@@ -243,7 +262,7 @@ def main() -> None:
                           f"p50 {got['p50']:9.0f} us  server {got['cpu_us']:7.0f} us/infer",
                           flush=True)
                 results.setdefault((row[0], t), []).append(got)
-    report(rows, transports, results)
+    report(rows, transports, results, args.baseline)
 
 
 if __name__ == "__main__":

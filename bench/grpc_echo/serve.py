@@ -9,6 +9,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BENCH))
 APP = "grpc_echo.asgi_app:app"
+PBSERVE_APP = "grpc_echo.pbserve_asgi:app"  # pbserve's core behind an ASGI gRPC adapter
+PBSERVE_REPO = "/work/shared/perf/anchor_models"
 
 
 def _hypercorn(port: int) -> None:
@@ -29,11 +31,11 @@ def _hypercorn(port: int) -> None:
     asyncio.run(serve(app, config))
 
 
-def _uvicorn(port: int) -> None:
+def _uvicorn(port: int, app: str = APP, lifespan: str = "off") -> None:
     import uvicorn
 
-    uvicorn.run(APP, host="127.0.0.1", port=port, http="zttp", http2=True, loop="uvloop",
-                log_level="warning", access_log=False, lifespan="off")
+    uvicorn.run(app, host="127.0.0.1", port=port, http="zttp", http2=True, loop="uvloop",
+                log_level="warning", access_log=False, lifespan=lifespan)
 
 
 def _granian(port: int) -> None:
@@ -43,11 +45,19 @@ def _granian(port: int) -> None:
             workers=1, runtime_threads=1, log_enabled=False).serve()
 
 
-def _pyvoy(port: int) -> None:
+def _pyvoy(port: int, app: str = APP, lifespan: str = "--no-lifespan") -> None:
     env = dict(os.environ, PYTHONPATH=str(BENCH))
     pyvoy = Path(sys.executable).with_name("pyvoy")
-    os.execve(pyvoy, [str(pyvoy), APP, "--address", "127.0.0.1", "--port", str(port),
-                      "--no-lifespan", "--log-level", "error"], env)
+    os.execve(pyvoy, [str(pyvoy), app, "--address", "127.0.0.1", "--port", str(port),
+                      lifespan, "--log-level", "error"], env)
+
+
+def _pbserve(port: int) -> None:
+    """The real pbserve (its grpcio frontend) on the anchor models."""
+    pbserve = Path(sys.executable).with_name("pbserve")
+    os.execv(pbserve, [str(pbserve), "--model-repository", PBSERVE_REPO,
+                       "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
+                       "--allow-http", "false", "--allow-metrics", "false"])
 
 
 def main() -> None:
@@ -64,7 +74,10 @@ def main() -> None:
         from grpc_echo.h2_server import serve
     else:
         serve = {"hypercorn": _hypercorn, "uvicorn-zttp": _uvicorn, "granian": _granian,
-                 "pyvoy": _pyvoy}[transport]
+                 "pyvoy": _pyvoy, "pbserve": _pbserve,
+                 "pbserve-pyvoy": lambda port: _pyvoy(port, PBSERVE_APP, "--lifespan"),
+                 "pbserve-uvicorn-zttp": lambda port: _uvicorn(port, PBSERVE_APP, "on"),
+                 }[transport]
     serve(port)
 
 
