@@ -137,6 +137,8 @@ class Stub:
                 self._free(message[1])
             elif kind == p.CANCEL and self.runtime is not None:
                 self.runtime.mark_cancelled(message[1])
+            elif kind == p.FORGET_REGION:
+                self.regions.forget(message[1])
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:
@@ -220,7 +222,7 @@ class Stub:
                 return
             msgs = tuple([(req._key, None if resp is None else
                            response_msg(resp, req._requested_output_names, self.pool,
-                                        self.borrowed))
+                                        self.borrowed, req._output_shm, self.regions))
                           for req, resp in zip(built, responses)])
         except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
             error = (f"Failed to process the request(s) for model '{self.instance_name}', "
@@ -243,8 +245,8 @@ class Stub:
                 self.request_closed(req._key)
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
-        key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \
-            = msg
+        key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \
+            output_shm = msg
         if self.decoupled:  # only `_abort` asks, for a decoupled coroutine that raised
             with self._open_lock:
                 self._open.add(key)
@@ -253,7 +255,7 @@ class Stub:
             inputs=input_tensors(inputs, self.regions, lend_to, lent), request_id=request_id,
             correlation_id=correlation_id, flags=flags, parameters_json=params,
             timeout=timeout, requested_output_names=requested or (),
-            model_name="", model_version=-1, key=key)
+            model_name="", model_version=-1, key=key, output_shm=output_shm)
 
     def _abort(self, requests: list[InferenceRequest], exc: BaseException) -> None:
         """A decoupled coroutine raised (or was cancelled): close the requests it left open
