@@ -31,6 +31,7 @@ from polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "models" / "examples"
+TEST_MODELS = ROOT / "tests" / "models"
 ANCHOR_MODELS = ROOT.parent / "shared" / "perf" / "anchor_models"
 ANCHOR_ENV = ROOT.parent / "shared" / "perf" / "env_anchor.sh"
 MIB16 = 16 << 20
@@ -38,7 +39,11 @@ MIB16 = 16 << 20
 
 @pytest.fixture(scope="module")
 def server():
-    with running_server(EXAMPLES) as running:
+    """identity and repeat (models/examples), bls_forward (a BLS call to identity)."""
+    load = [arg for name in ("identity", "repeat", "bls_forward")
+            for arg in ("--load-model", name)]
+    with running_server(EXAMPLES, TEST_MODELS, args=["--model-control-mode", "explicit",
+                                                     *load]) as running:
         yield running
 
 
@@ -254,6 +259,20 @@ def test_one_side_in_a_region_the_other_on_the_wire(http, grpc):
             shm_output(grpcclient, "OUTPUT_STRING", "mix", 64, offset=1024)])
         got = shm.get_contents_as_numpy(handle, np.object_, [3], offset=1024)
         assert got.tolist() == strings.tolist()
+
+
+def test_a_bls_model_hands_a_region_input_on_and_answers_into_a_region(http):
+    """bls_forward passes its input (a view of the client's region) to identity, whose
+    stub maps the region too, and answers with identity's output, which its stub copies
+    into the client's region."""
+    array = np.random.default_rng(3).random(1 << 18, dtype=np.float32)  # 1 MiB
+    with segment("bls", 4 << 20) as (handle, key):
+        http.register_system_shared_memory("bls", key, 4 << 20)
+        shm.set_shared_memory_region(handle, [array])
+        http.infer("bls_forward", [shm_input(httpclient, "INPUT_FP32", array, "bls")],
+                   outputs=[shm_output(httpclient, "OUTPUT_FP32", "bls", 2 << 20, 2 << 20)])
+        got = shm.get_contents_as_numpy(handle, np.float32, array.shape, offset=2 << 20)
+        assert np.array_equal(got, array)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
