@@ -26,6 +26,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from pbserve.backend.gpus import visible_gpus
 from pbserve.testing import running_server
 from polling import wait_for
 
@@ -170,14 +171,14 @@ def test_the_servers_own_shared_memory_cannot_be_registered(server, http):
     assert http.get_system_shared_memory_status() == []
 
 
-def test_cuda_shared_memory_is_refused_without_a_gpu(server, http, grpc):
+def test_cuda_shared_memory_is_refused(server, http, grpc):
     assert http.get_cuda_shared_memory_status() == []
     assert grpc.get_cuda_shared_memory_status(as_json=True) == {}
     message = "failed to register CUDA shared memory region: 'c', GPUs not supported"
     status, body = raw(server, "POST", "/v2/cudasharedmemory/region/c/register",
                        json.dumps({"raw_handle": {"b64": "AAAA"}, "device_id": 0,
                                    "byte_size": 64}).encode())
-    if shutil.which("nvidia-smi") is None:
+    if not visible_gpus():  # what the server sees too (the CUDA driver)
         assert (status, json.loads(body)["error"]) == (400, message)
         err = error_of(lambda: grpc.register_cuda_shared_memory("c", b"\0" * 64, 0, 64))
         assert (err.status(), err.message()) == ("StatusCode.INVALID_ARGUMENT", message)
