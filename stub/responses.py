@@ -51,9 +51,11 @@ def _with_client_regions(response: InferenceResponse, requested: Collection[str]
                 f"'{tensor.name()}' ({destination[2]} bytes) should be at least "
                 f"{output_nbytes(tensor)} bytes to hold the results")), (),
                 response.parameters())
-    outputs = tuple([
-        output_into_region(t, output_shm[t.name()], regions) if t.name() in output_shm
-        else output_desc(t, pool, borrowed) for t in tensors])
+    # The client's regions first: if one cannot be written, no pool block is taken yet.
+    written = {t.name(): output_into_region(t, output_shm[t.name()], regions)
+               for t in tensors if t.name() in output_shm}
+    outputs = tuple([written.get(t.name()) or output_desc(t, pool, borrowed)
+                     for t in tensors])
     return (None, outputs, response.parameters())
 
 

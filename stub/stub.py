@@ -200,7 +200,15 @@ class Stub:
         if frees:
             self._free(frees)
         lent: list[int] = []  # inputs that may be answered as they are, during this call
-        built = [self._request(r, lent) for r in requests]
+        try:
+            built = [self._request(r, lent) for r in requests]
+        except Exception as exc:  # noqa: BLE001 - e.g. a client's region it cannot map
+            for pointer in lent:
+                self.borrowed.unregister(pointer)
+            for msg in requests:
+                self.request_closed(msg[0])
+            self._batch_failed(batch_id, exc)
+            return
         keys = tuple([r._key for r in built])
         context = CURRENT_KEYS.set(keys)
         try:
@@ -225,15 +233,10 @@ class Stub:
                                         self.borrowed, req._output_shm, self.regions))
                           for req, resp in zip(built, responses)])
         except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
-            error = (f"Failed to process the request(s) for model '{self.instance_name}', "
-                     f"message: {_describe(exc)}")
-            self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
             for req in built:  # as Triton: the batch is over, its senders are closed
                 req.get_response_sender()._close()
                 self.request_closed(req._key)
-            kind = p.BATCH_DONE if self.decoupled else p.RESPONSES
-            self.send((kind, batch_id, error, ()) if self.decoupled
-                      else (kind, batch_id, error, (), ()))
+            self._batch_failed(batch_id, exc)
             return
         finally:
             CURRENT_KEYS.reset(context)
@@ -243,6 +246,14 @@ class Stub:
         for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
                 self.request_closed(req._key)
+
+    def _batch_failed(self, batch_id: int, exc: BaseException) -> None:
+        """Every request of the batch gets the error (logged with its traceback)."""
+        error = (f"Failed to process the request(s) for model '{self.instance_name}', "
+                 f"message: {_describe(exc)}")
+        self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
+        self.send((p.BATCH_DONE, batch_id, error, ()) if self.decoupled
+                  else (p.RESPONSES, batch_id, error, (), ()))
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \

@@ -26,6 +26,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from client_inputs import http_input as h_in
 from pbserve.backend.gpus import visible_gpus
 from pbserve.testing import running_server
 from polling import wait_for
@@ -449,6 +450,23 @@ def test_only_the_registered_window_is_mapped_and_unregister_unmaps_it(server, h
         wait_for(lambda: mappings(family(server.pid), key) == [], "every mapping to go")
         assert shm.get_contents_as_numpy(handle, np.float32, [1250], 4196).tolist() == \
             array.tolist()  # the client's segment itself is untouched
+
+
+def test_a_segment_gone_before_a_stub_maps_it_fails_the_request_not_the_stub(server, http):
+    array = np.arange(16, dtype=np.float32)
+    processes = set(family(server.pid))
+    with segment("gone", 4096) as (handle, key):
+        http.register_system_shared_memory("gone", key, 4096)
+        shm.set_shared_memory_region(handle, [array])
+    # unlinked while registered: the parent's mapping keeps the memory, no stub can open it
+    err = error_of(lambda: http.infer(
+        "identity", [shm_input(httpclient, "INPUT_FP32", array, "gone")]))
+    assert err.status() == "500"
+    assert f"cannot open shared memory '{key}'" in err.message()
+    http.unregister_system_shared_memory("gone")
+    assert set(family(server.pid)) == processes  # no stub died
+    result = http.infer("identity", [h_in("INPUT_FP32", array)])
+    assert np.array_equal(result.as_numpy("OUTPUT_FP32"), array)
 
 
 def test_client_shm_can_be_disallowed(tmp_path):

@@ -60,7 +60,7 @@ class InferRequest:
     priority: int = 0
     timeout_us: int = 0
     # Outputs to write into client regions (by name), and whether any input or output
-    # names a region (the backend then resolves them: system_shm.py).
+    # names a region (the backend then resolves them: shared_memory.py).
     output_shm: dict[str, ShmRef] | None = None
     uses_shm: bool = False
     # Releases the regions this request holds; the request's PendingRequest takes it.
