@@ -469,7 +469,24 @@ def test_a_segment_gone_before_a_stub_maps_it_fails_the_request_not_the_stub(ser
     assert np.array_equal(result.as_numpy("OUTPUT_FP32"), array)
 
 
-def test_client_shm_can_be_disallowed(tmp_path):
+def test_a_server_stopping_with_regions_registered_exits_cleanly_and_leaves_them():
+    array = np.arange(64, dtype=np.int64)
+    with segment("exit", 4096) as (handle, key):
+        with running_server(EXAMPLES, args=["--model-control-mode", "explicit",
+                                            "--load-model", "identity"]) as alone:
+            client = alone.http_client()
+            client.register_system_shared_memory("exit", key, 4096)
+            shm.set_shared_memory_region(handle, [array])
+            client.infer("identity", [shm_input(httpclient, "INPUT_INT64", array, "exit")],
+                         outputs=[shm_output(httpclient, "OUTPUT_INT64", "exit", 512, 1024)])
+            assert mappings(family(alone.pid), key)
+            assert alone.stop() == 0
+        assert os.path.exists(f"/dev/shm{key}")  # the client's, never unlinked by the server
+        got = shm.get_contents_as_numpy(handle, np.int64, [64], offset=1024)
+        assert np.array_equal(got, array)
+
+
+def test_client_shm_can_be_disallowed():
     with running_server(EXAMPLES, args=["--allow-client-shm=false"]) as off:
         client = off.http_client()
         with segment("off", 4096) as (_, key):
