@@ -39,7 +39,7 @@ class StubRuntime:
         msg = None
         if response is not None:
             msg = response_msg(response, request._requested_output_names, self._stub.pool,
-                               self._stub.borrowed)
+                               self._stub.borrowed, request._output_shm, self._stub.regions)
         self._stub.send((p.SEND, key, msg, int(flags)))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._stub.request_closed(key)

@@ -138,6 +138,8 @@ class Stub:
                 self._free(message[1])
             elif kind == p.CANCEL and self.runtime is not None:
                 self.runtime.mark_cancelled(message[1])
+            elif kind == p.FORGET_REGION:
+                self.regions.forget(message[1])
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:
@@ -203,7 +205,15 @@ class Stub:
             self._drop_cancelled(batch_id, requests)
             return
         lent: list[int] = []  # inputs that may be answered as they are, during this call
-        built = [self._request(r, lent) for r in requests]
+        try:
+            built = [self._request(r, lent) for r in requests]
+        except Exception as exc:  # noqa: BLE001 - e.g. a client's region it cannot map
+            for pointer in lent:
+                self.borrowed.unregister(pointer)
+            for msg in requests:
+                self.request_closed(msg[0])
+            self._batch_failed(batch_id, exc)
+            return
         keys = tuple([r._key for r in built])
         context = CURRENT_KEYS.set(keys)
         try:
@@ -225,18 +235,13 @@ class Stub:
                 return
             msgs = tuple([(req._key, None if resp is None else
                            response_msg(resp, req._requested_output_names, self.pool,
-                                        self.borrowed))
+                                        self.borrowed, req._output_shm, self.regions))
                           for req, resp in zip(built, responses)])
         except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
-            error = (f"Failed to process the request(s) for model '{self.instance_name}', "
-                     f"message: {_describe(exc)}")
-            self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
             for req in built:  # as Triton: the batch is over, its senders are closed
                 req.get_response_sender()._close()
                 self.request_closed(req._key)
-            kind = p.BATCH_DONE if self.decoupled else p.RESPONSES
-            self.send((kind, batch_id, error, ()) if self.decoupled
-                      else (kind, batch_id, error, (), ()))
+            self._batch_failed(batch_id, exc)
             return
         finally:
             CURRENT_KEYS.reset(context)
@@ -258,9 +263,17 @@ class Stub:
         for r in requests:
             self.request_closed(r[0])
 
+    def _batch_failed(self, batch_id: int, exc: BaseException) -> None:
+        """Every request of the batch gets the error (logged with its traceback)."""
+        error = (f"Failed to process the request(s) for model '{self.instance_name}', "
+                 f"message: {_describe(exc)}")
+        self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
+        self.send((p.BATCH_DONE, batch_id, error, ()) if self.decoupled
+                  else (p.RESPONSES, batch_id, error, (), ()))
+
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
-        key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \
-            = msg
+        key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \
+            output_shm = msg
         if self.decoupled:  # only `_abort` asks, for a decoupled coroutine that raised
             with self._open_lock:
                 self._open.add(key)
@@ -269,7 +282,7 @@ class Stub:
             inputs=input_tensors(inputs, self.regions, lend_to, lent), request_id=request_id,
             correlation_id=correlation_id, flags=flags, parameters_json=params,
             timeout=timeout, requested_output_names=requested or (),
-            model_name="", model_version=-1, key=key)
+            model_name="", model_version=-1, key=key, output_shm=output_shm)
 
     def _abort(self, requests: list[InferenceRequest], exc: BaseException) -> None:
         """A decoupled coroutine raised (or was cancelled): close the requests it left open

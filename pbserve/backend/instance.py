@@ -13,8 +13,9 @@ from pbserve.backend.block_refs import BlockRefs
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
-from pbserve.backend.types import InferResponse, TensorData
+from pbserve.backend.types import InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal
+from shm.client_region import is_client_token
 from shm.pool import RegionMap
 from stub import protocol as p
 
@@ -329,6 +330,11 @@ class ModelInstance:
         if self._stub is not None and self._stub.alive():
             self._stub.send_control((p.STREAM_ITEM, call_id, value, final))
 
+    def forget_region(self, token: str) -> None:
+        """A client region was unregistered: the stub drops its mapping, if it has one."""
+        if self._stub is not None and self._stub.alive():
+            self._stub.send_control((p.FORGET_REGION, token))
+
     def cancel(self, key: int) -> None:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
         if key in self._inflight and self._stub is not None and self._stub.alive():
@@ -450,6 +456,8 @@ class ModelInstance:
                             for name, datatype, shape, region, offset, nbytes in outputs]
         if params and params != "{}":
             response.parameters = json.loads(params)
+        if outputs and pending.request.output_shm:
+            outputs = self._in_client_regions(response, outputs)
         if outputs:
             stub = self._stub
             held = [loc for loc in {(d[3], d[4]) for d in outputs}
@@ -466,6 +474,15 @@ class ModelInstance:
                 response._release = release
             response._descs = outputs
         return response
+
+    @staticmethod
+    def _in_client_regions(response: InferResponse, outputs: tuple) -> tuple:
+        """Mark the outputs the stub wrote into the client's regions (the frontends send
+        no data for them); the outputs that are the stub's blocks."""
+        for tensor, desc in zip(response.outputs, outputs):
+            if is_client_token(desc[3]):
+                tensor.shm = ShmRef("", desc[4], desc[5], desc[3])
+        return tuple([d for d in outputs if not is_client_token(d[3])])
 
     def _error_response(self, pending: PendingRequest, error: ServerError) -> InferResponse:
         return InferResponse(self.model_name, self.model_version, pending.request.id,

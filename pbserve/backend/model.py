@@ -206,6 +206,9 @@ class Model:
         """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
         shm (a BLS call's, in the caller's pool): they are passed on, not copied."""
         batch_size = self._validator.validate(request)
+        output_shm = None
+        if request.output_shm:
+            output_shm = self._output_shm(request)
         if descs is None:
             descs, blocks = self._copy_inputs(request, batch_size)
         else:
@@ -222,9 +225,11 @@ class Model:
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
         msg = (key, request.id, request.correlation_id, request.flags, params,
-               request.timeout_us, requested, descs, lendable)
+               request.timeout_us, requested, descs, lendable, output_shm)
         pending = PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
                                  streaming)
+        # The request's client regions are held until it completes (shared_memory.py).
+        pending.on_complete, request._shm_release = request._shm_release, None
         self.stats.pending += 1
         assert self.scheduler is not None
         self.scheduler.submit(pending)
@@ -248,13 +253,32 @@ class Model:
             pending.deliver(self._error(pending, ServerError(
                 ErrorCode.UNAVAILABLE, "Request timeout expired")))
 
+    def _output_shm(self, request: InferRequest) -> dict[str, tuple[str, int, int]]:
+        """Where the stub writes outputs the client wants in its regions: name ->
+        (window token, offset, byte_size)."""
+        assert request.output_shm is not None
+        if self.decoupled:
+            name = next(iter(request.output_shm))
+            raise ServerError(ErrorCode.INVALID_ARG, (
+                f"output '{name}' for model '{self.name}': shared-memory outputs are not "
+                f"supported for models using the decoupled transaction policy (each "
+                f"response would overwrite the region)"))
+        return {name: (ref.token, ref.offset, ref.byte_size)
+                for name, ref in request.output_shm.items()}
+
     def _copy_inputs(self, request: InferRequest, batch_size: int
                      ) -> tuple[tuple, list[Block]]:
-        """One copy of each input into the parent's pool; descriptors for the stub."""
+        """One copy of each input into the parent's pool; descriptors for the stub. An
+        input in a client's region is not copied: the stub reads it there."""
         descs = []
         blocks = []
         try:
             for tensor in request.inputs:
+                if tensor.shm is not None:
+                    descs.append((tensor.name, tensor.datatype,
+                                  self._validator.model_shape(tensor, batch_size),
+                                  tensor.shm.token, tensor.shm.offset, tensor.shm.byte_size))
+                    continue
                 src = memoryview(tensor.data)
                 if src.format != "B" or src.ndim != 1:
                     src = src.cast("B")
