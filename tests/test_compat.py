@@ -1,0 +1,54 @@
+"""Models that run unmodified on Triton's Python backend, through a real server: what model
+code sees of its process (sys.argv), BLS outside `execute`, model files importing each
+other, BLS streams, and the error texts clients match on.
+
+The models live in tests/models_compat (some must fail to load: the server runs in
+explicit mode and each test loads what it needs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from pbserve.testing import running_server
+
+COMPAT = Path(__file__).resolve().parent / "models_compat"
+STARTUP = ["argv_probe"]
+
+
+def tensor(name: str, array: np.ndarray) -> httpclient.InferInput:
+    datatype = "BYTES" if array.dtype == np.object_ else {
+        np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}[array.dtype]
+    t = httpclient.InferInput(name, list(array.shape), datatype)
+    t.set_data_from_numpy(array)
+    return t
+
+
+DUMMY = [tensor("DUMMY", np.array([0], np.int32))]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("compat") / "server.log"
+    args = ["--model-control-mode", "explicit"]
+    for name in STARTUP:
+        args += ["--load-model", name]
+    with running_server(COMPAT, args=args, log_path=log) as srv:
+        yield srv
+
+
+def report(result, name: str = "REPORT") -> dict:
+    return json.loads(result.as_numpy(name)[0])
+
+
+# -- 1. command-line arguments --------------------------------------------------------
+def test_model_code_sees_no_command_line_arguments(server):
+    found = report(server.http_client().infer("argv_probe", DUMMY))
+    assert found["argv"] == [""] and found["argv_at_initialize"] == [""]
+    assert found["parsed"] == {}  # argparse in the model neither failed nor exited
+    assert (found["tests_run"], found["tests_failed"]) == (1, 0)  # unittest.main too
