@@ -24,6 +24,7 @@ from .tensor import Tensor
 from .trace import InferenceTrace
 
 _REQUIRED: Any = object()
+BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 _UINT32_MAX = 2**32 - 1
 _UINT64_MAX = 2**64 - 1
 # An incoming request makes its sender, trace and preferred memory on first use (most
@@ -37,6 +38,14 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
     if not low <= value <= high:
         raise TypeError(f"{name} must be in [{low}, {high}], got {value}")
     return int(value)
+
+
+def _check_bls_allowed(runtime: Any) -> None:
+    """Triton refuses BLS while the model initializes or finalizes (an exception, not an
+    error response); a runtime without `bls_allowed` allows it always."""
+    allowed = getattr(runtime, "bls_allowed", None)
+    if allowed is not None and not allowed():
+        raise TritonModelException(BLS_OUTSIDE_EXECUTE)
 
 
 def _check_str(name: str, value: Any) -> str:
@@ -291,6 +300,7 @@ class InferenceRequest:
         if not isinstance(decoupled, bool):
             raise TypeError(f"decoupled must be a bool, got {type(decoupled).__name__}")
         runtime = require_runtime("InferenceRequest.exec (BLS)")
+        _check_bls_allowed(runtime)
         try:
             return runtime.bls_exec(self, decoupled)
         except TritonModelException as exc:
@@ -314,10 +324,14 @@ class InferenceRequest:
         if not isinstance(decoupled, bool):
             raise TypeError(f"decoupled must be a bool, got {type(decoupled).__name__}")
         loop = asyncio.get_running_loop()
-        native = getattr(get_runtime(), "bls_async_exec", None)
-        if native is not None:
-            return asyncio.ensure_future(native(self, decoupled))
+        runtime = get_runtime()
+        if getattr(runtime, "bls_async_exec", None) is not None:
+            return asyncio.ensure_future(self._native_async_exec(runtime, decoupled))
         return loop.run_in_executor(None, self.exec, decoupled)
+
+    async def _native_async_exec(self, runtime: Any, decoupled: bool) -> Any:
+        _check_bls_allowed(runtime)  # raised when awaited, as Triton's executor call does
+        return await runtime.bls_async_exec(self, decoupled)
 
     def __repr__(self) -> str:
         kind = "incoming" if self._is_incoming else "bls"

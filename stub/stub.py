@@ -73,6 +73,8 @@ class Stub:
         self._open: set[int] = set()
         self._open_lock = threading.Lock()
         self._running = True
+        self.initialized = False  # `initialize` returned; BLS is allowed from then on
+        self.finalizing = False  # ... until `finalize` starts
 
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
@@ -192,6 +194,7 @@ class Stub:
             self.send((p.INIT_DONE, _describe(exc)))
             self._running = False
             return
+        self.initialized = True
         self.send((p.INIT_DONE, None))
 
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
@@ -288,6 +291,7 @@ class Stub:
                            f"{_describe(exc)}")
 
     def on_finalize(self) -> None:
+        self.finalizing = True
         self.async_loop.close()
         if self.model is not None and hasattr(self.model, "finalize"):
             try:

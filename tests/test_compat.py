@@ -14,11 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from pbserve.testing import running_server
+from polling import wait_for
 
 COMPAT = Path(__file__).resolve().parent / "models_compat"
 STARTUP = ["argv_probe"]
+BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 
 
 def tensor(name: str, array: np.ndarray) -> httpclient.InferInput:
@@ -52,3 +55,24 @@ def test_model_code_sees_no_command_line_arguments(server):
     assert found["argv"] == [""] and found["argv_at_initialize"] == [""]
     assert found["parsed"] == {}  # argparse in the model neither failed nor exited
     assert (found["tests_run"], found["tests_failed"]) == (1, 0)  # unittest.main too
+
+
+# -- 2. BLS outside execute -----------------------------------------------------------
+def test_bls_in_initialize_fails_the_load_with_tritons_error(server):
+    client = server.http_client()
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("bls_in_initialize")
+    assert err.value.message().startswith(
+        "load failed for model 'bls_in_initialize': version 1 is at UNAVAILABLE state: "
+        f"Internal: TritonModelException: {BLS_OUTSIDE_EXECUTE}")
+    assert not client.is_model_ready("bls_in_initialize")
+
+
+def test_bls_in_finalize_raises_and_is_logged_after_bls_in_execute_worked(server):
+    client = server.http_client()
+    client.load_model("bls_in_finalize")
+    assert report(client.infer("bls_in_finalize", DUMMY))["argv"] == [""]
+    client.unload_model("bls_in_finalize")
+    wait_for(lambda: any("finalize" in line and BLS_OUTSIDE_EXECUTE in line
+                         for line in server.log_text().splitlines()),
+             "the finalize error in the server log")

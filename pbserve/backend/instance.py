@@ -105,8 +105,8 @@ class ModelInstance:
             # No time limit: a model may load for long; a stub that dies ends the wait.
             reply = await self._expect(p.INIT_DONE, "initialize", None)
             if reply[1] is not None:
-                raise ServerError(ErrorCode.INVALID_ARG,
-                                  f"failed to load '{self.model_name}': {reply[1]}")
+                # Triton's words: the manager prefixes "load failed for model ..."
+                raise ServerError(ErrorCode.INVALID_ARG, f"Internal: {reply[1]}")
         except BaseException:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
