@@ -76,3 +76,20 @@ def test_bls_in_finalize_raises_and_is_logged_after_bls_in_execute_worked(server
     wait_for(lambda: any("finalize" in line and BLS_OUTSIDE_EXECUTE in line
                          for line in server.log_text().splitlines()),
              "the finalize error in the server log")
+
+
+# -- 3. model files importing each other ----------------------------------------------
+def test_model_files_import_each_other_as_in_triton(server):
+    client = server.http_client()
+    client.load_model("split_files")
+    try:
+        found = report(client.infer("split_files", DUMMY))
+    finally:
+        client.unload_model("split_files")
+    version_dir, model_dir = COMPAT / "split_files" / "1", COMPAT / "split_files"
+    assert (found["name"], found["package"]) == ("1.model", "1")
+    assert found["relative"] == 42 and found["from_relative"] == 2  # from . import / from .x
+    assert found["top_level"] == 10 and found["model_folder"] == "model"  # plain import
+    assert Path(found["version_package"]) == version_dir
+    # appended, version folder first: installed packages are not shadowed by model files
+    assert [Path(p) for p in found["sys_path_tail"]] == [version_dir, model_dir]
