@@ -9,30 +9,24 @@ explicit mode and each test loads what it needs).
 from __future__ import annotations
 
 import json
+import queue
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from client_inputs import grpc_input, http_input
 from pbserve.testing import running_server
 from polling import wait_for
 
 COMPAT = Path(__file__).resolve().parent / "models_compat"
-STARTUP = ["argv_probe"]
+STARTUP = ["argv_probe", "rendezvous", "rendezvous_caller"]
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 
 
-def tensor(name: str, array: np.ndarray) -> httpclient.InferInput:
-    datatype = "BYTES" if array.dtype == np.object_ else {
-        np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}[array.dtype]
-    t = httpclient.InferInput(name, list(array.shape), datatype)
-    t.set_data_from_numpy(array)
-    return t
-
-
-DUMMY = [tensor("DUMMY", np.array([0], np.int32))]
+DUMMY = [http_input("DUMMY", np.array([0], np.int32))]
+WAIT_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +87,49 @@ def test_model_files_import_each_other_as_in_triton(server):
     assert Path(found["version_package"]) == version_dir
     # appended, version folder first: installed packages are not shadowed by model files
     assert [Path(p) for p in found["sys_path_tail"]] == [version_dir, model_dir]
+
+
+def stream_results(server, model: str, requests: list[dict[str, np.ndarray]]) -> list:
+    """Send every request on one gRPC stream; each request's responses (until its final
+    flag), in the order the requests were sent."""
+    client = server.grpc_client()
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        for i, inputs in enumerate(requests):
+            client.async_stream_infer(model, [grpc_input(k, v) for k, v in inputs.items()],
+                                      request_id=str(i), enable_empty_final_response=True)
+        got: dict[str, list] = {str(i): [] for i in range(len(requests))}
+        done = 0
+        while done < len(requests):
+            result, error = results.get(timeout=WAIT_S)
+            assert error is None, error
+            response = result.get_response()
+            final = response.parameters["triton_final_response"].bool_param
+            if result.as_numpy("SEEN") is not None:
+                got[response.id].append(result)
+            done += final
+        return [got[str(i)] for i in range(len(requests))]
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+# -- 4. await async_exec(decoupled=True) ----------------------------------------------
+def rendezvous(calls: int, parties: int, group: str) -> dict[str, np.ndarray]:
+    return {"CALLS": np.array([calls], np.int32), "PARTIES": np.array([parties], np.int32),
+            "GROUP": np.array([group.encode()], np.object_)}
+
+
+def test_requests_iterating_bls_streams_with_a_plain_for_all_have_their_calls_running(server):
+    """Three requests, each an `execute` coroutine that reads its BLS stream with a
+    blocking `for`: the await resolves on the first response, so the others start their
+    calls meanwhile and the callee sees all three together."""
+    answers = stream_results(server, "rendezvous_caller",
+                             [rendezvous(1, 3, "requests")] * 3)
+    assert [[list(r.as_numpy("SEEN")) for r in a] for a in answers] == [[[3]]] * 3
+
+
+def test_gathered_coroutines_iterating_bls_streams_all_have_their_calls_running(server):
+    [answer] = stream_results(server, "rendezvous_caller", [rendezvous(3, 3, "gathered")])
+    assert [list(r.as_numpy("SEEN")) for r in answer] == [[3, 3, 3]]
