@@ -21,7 +21,8 @@ from pbserve.testing import running_server
 from polling import wait_for
 
 COMPAT = Path(__file__).resolve().parent / "models_compat"
-STARTUP = ["argv_probe", "rendezvous", "rendezvous_caller"]
+STARTUP = ["argv_probe", "rendezvous", "rendezvous_caller", "stubborn_stream",
+           "stream_canceller"]
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 
 
@@ -133,3 +134,11 @@ def test_requests_iterating_bls_streams_with_a_plain_for_all_have_their_calls_ru
 def test_gathered_coroutines_iterating_bls_streams_all_have_their_calls_running(server):
     [answer] = stream_results(server, "rendezvous_caller", [rendezvous(3, 3, "gathered")])
     assert [list(r.as_numpy("SEEN")) for r in answer] == [[3, 3, 3]]
+
+
+# -- 5. ResponseIterator.cancel() -----------------------------------------------------
+def test_cancelling_a_bls_stream_asks_the_callee_and_reads_on_to_its_final_flag(server):
+    got = report(server.http_client().infer(
+        "stream_canceller", [http_input("COUNT", np.array([4], np.int32))]))
+    # every response came, no CANCELLED error; the callee saw the cancellation
+    assert got == [[0, False], [1, True], [2, True], [3, True], "final"]

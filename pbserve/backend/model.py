@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from pbserve.backend.execution_env import stub_python
 from pbserve.backend.instance import InstanceState, ModelInstance
@@ -166,9 +166,14 @@ class Model:
         self._count(pending, response)
         return response
 
-    async def stream_infer(self, request: InferRequest, descs: tuple | None = None
+    async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
+                           on_submit: Callable[[PendingRequest], None] | None = None
                            ) -> AsyncIterator[InferResponse]:
+        """The request's responses, the final one last. `on_submit` gets the queued
+        request (for `ask_to_cancel`)."""
         pending = self._submit(request, streaming=True, descs=descs)
+        if on_submit is not None:
+            on_submit(pending)
         assert pending.stream is not None
         failed = False
         try:
@@ -192,6 +197,18 @@ class Model:
         pending.cancelled = True
         self.stats.pending -= 1
         self.stats.failure += 1
+        if pending.instance is not None:
+            pending.instance.cancel(pending.key)
+        elif self.scheduler is not None and self.scheduler.remove(pending):
+            pending.deliver(self._error(pending, ServerError(
+                ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
+
+    def ask_to_cancel(self, pending: PendingRequest) -> None:
+        """Cancel a request whose caller goes on reading its responses (a BLS stream's
+        `ResponseIterator.cancel()`): a running one sees `is_cancelled()` and may go on
+        sending until its final flag; a queued one ends with a CANCELLED error."""
+        if pending.done:
+            return
         if pending.instance is not None:
             pending.instance.cancel(pending.key)
         elif self.scheduler is not None and self.scheduler.remove(pending):

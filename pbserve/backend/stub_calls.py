@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pbserve.backend.api import InferenceCore
     from pbserve.backend.instance import ModelInstance
     from pbserve.backend.model import Model
+    from pbserve.backend.pending import PendingRequest
 
 log = logging.getLogger("pbserve.backend")
 NO_TOKEN = 0
@@ -43,6 +44,9 @@ class StubCalls:
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
         # (caller, call_id) -> keys of the caller's requests the call still serves
         self._serving: dict[tuple[int, int], set[int]] = {}
+        # (caller, call_id) -> the model and request of a streamed call, once queued;
+        # None: cancelled (ResponseIterator.cancel) before it was queued
+        self._streams: dict[tuple[int, int], tuple["Model", "PendingRequest"] | None] = {}
         self._handlers: dict[str, Callable[..., Awaitable[None]]] = {"bls": self._bls}
         self._control = control
         self._background: set[asyncio.Task] = set()
@@ -74,6 +78,17 @@ class StubCalls:
             asyncio.get_running_loop().call_soon(lambda: notice(caller, *args))
 
     def cancel(self, caller: "ModelInstance", call_id: int) -> None:
+        """CALL_CANCEL, `ResponseIterator.cancel()`: as in Triton, the callee is asked to
+        stop and the stream goes on until the callee's final flag."""
+        key = (id(caller), call_id)
+        stream = self._streams.get(key)
+        if stream is not None:
+            model, pending = stream
+            model.ask_to_cancel(pending)
+        elif key in self._tasks:  # not queued yet: asked as soon as it is
+            self._streams[key] = None
+
+    def _cancel_task(self, caller: "ModelInstance", call_id: int) -> None:
         task = self._tasks.get((id(caller), call_id))
         if task is not None:
             task.cancel()
@@ -85,7 +100,7 @@ class StubCalls:
             if owner == id(caller) and key in keys:
                 keys.discard(key)
                 if not keys:
-                    self.cancel(caller, call_id)
+                    self._cancel_task(caller, call_id)
 
     def release(self, token: int) -> None:
         held = self._held.pop(token, None)
@@ -99,6 +114,8 @@ class StubCalls:
         for (owner, _), task in list(self._tasks.items()):
             if owner == id(caller):
                 task.cancel()
+        for key in [k for k in self._streams if k[0] == id(caller)]:
+            del self._streams[key]  # a task cancelled before it ran has no `finally`
         self.custom_metrics.owner_gone(caller)
 
     # -- BLS --------------------------------------------------------------------------
@@ -121,7 +138,15 @@ class StubCalls:
                 caller.self_calls += 1
                 self._check_deadlock(model)
             if decoupled:
-                async for response in model.stream_infer(request, descs=descs):
+                def queued(pending: "PendingRequest") -> None:
+                    key = (id(caller), call_id)
+                    cancelled = key in self._streams
+                    self._streams[key] = (model, pending)
+                    if cancelled:
+                        model.ask_to_cancel(pending)
+
+                async for response in model.stream_infer(request, descs=descs,
+                                                         on_submit=queued):
                     caller.reply_item(call_id, self._answer(caller, response), response.final)
             else:
                 response = await model.infer(request, descs=descs)
@@ -142,6 +167,7 @@ class StubCalls:
             raise
         finally:
             self._serving.pop((id(caller), call_id), None)
+            self._streams.pop((id(caller), call_id), None)
             if self_call:
                 caller.self_calls -= 1
 
