@@ -14,6 +14,7 @@ from typing import Any
 
 from ._parameters import parameters_to_json
 from ._runtime import get_runtime, require_runtime
+from ._strings import as_str
 from .constants import TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 from .error import TritonModelException
 from .preferred_memory import PreferredMemory
@@ -46,12 +47,6 @@ def _check_bls_allowed(runtime: Any) -> None:
     allowed = getattr(runtime, "bls_allowed", None)
     if allowed is not None and not allowed():
         raise TritonModelException(BLS_OUTSIDE_EXECUTE)
-
-
-def _check_str(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    return value
 
 
 class InferenceRequest:
@@ -91,8 +86,8 @@ class InferenceRequest:
             raise TypeError(
                 "InferenceRequest() missing required argument(s): " + ", ".join(missing)
             )
-        _check_str("request_id", request_id)
-        _check_str("model_name", model_name)
+        request_id = as_str("request_id", request_id)
+        model_name = as_str("model_name", model_name)
         model_version = _check_int("model_version", model_version, -(2**63), 2**63 - 1)
         flags = _check_int("flags", flags, 0, _UINT32_MAX)
         timeout = _check_int("timeout", timeout, 0, _UINT64_MAX)
@@ -113,9 +108,7 @@ class InferenceRequest:
             requested_output_names, Iterable
         ):
             raise TypeError("requested_output_names must be a list of str")
-        names = list(requested_output_names)
-        for name in names:
-            _check_str("requested output name", name)
+        names = [as_str("requested output name", name) for name in requested_output_names]
 
         parameters_json = parameters_to_json(parameters)
         if isinstance(correlation_id, int):

@@ -33,6 +33,7 @@ from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.context import CURRENT_KEYS
+from stub.errors import describe as _describe
 from stub.model_loader import import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
@@ -326,10 +327,3 @@ def _rescheduled(requests: list[InferenceRequest], responses: list) -> tuple:
                     f"reschduled request, found type '{type(resp)}'.")
             keys.append(req._key)
     return tuple(keys)
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message` as Triton shows a Python error (with file and line for SyntaxError)."""
-    if isinstance(exc, SyntaxError):
-        return "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return f"{type(exc).__name__}: {exc}"

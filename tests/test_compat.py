@@ -22,7 +22,7 @@ from polling import wait_for
 
 COMPAT = Path(__file__).resolve().parent / "models_compat"
 STARTUP = ["argv_probe", "rendezvous", "rendezvous_caller", "stubborn_stream",
-           "stream_canceller"]
+           "stream_canceller", "bls_by_name"]
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 
 
@@ -42,6 +42,15 @@ def server(tmp_path_factory):
 
 def report(result, name: str = "REPORT") -> dict:
     return json.loads(result.as_numpy(name)[0])
+
+
+def source_line(model: Path, needle: str) -> int:
+    lines = model.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if needle in line)
+
+
+def log_lines(server, needle: str) -> list[str]:
+    return [line for line in server.log_text().splitlines() if needle in line]
 
 
 # -- 1. command-line arguments --------------------------------------------------------
@@ -142,3 +151,28 @@ def test_cancelling_a_bls_stream_asks_the_callee_and_reads_on_to_its_final_flag(
         "stream_canceller", [http_input("COUNT", np.array([4], np.int32))]))
     # every response came, no CANCELLED error; the callee saw the cancellation
     assert got == [[0, False], [1, True], [2, True], [3, True], "final"]
+
+
+# -- 8. bytes for strings, a BLS call to a model that does not exist, tracebacks -------
+BY_NAME = COMPAT / "bls_by_name" / "1" / "model.py"
+
+
+def by_name(name: bytes) -> list:
+    return [http_input("MODEL_NAME", np.array([name], np.object_))]
+
+
+def test_string_arguments_of_the_api_take_bytes(server):
+    result = server.http_client().infer("bls_by_name", by_name(b"argv_probe"))
+    assert report(result)["argv"] == [""]  # model_name, Tensor name, output names: bytes
+
+
+def test_bls_to_a_model_that_does_not_exist_fails_with_tritons_text_and_traceback(server):
+    with pytest.raises(InferenceServerException) as err:
+        server.http_client().infer("bls_by_name", by_name(b"undefined_model"))
+    assert err.value.message() == (
+        "Failed to process the request(s) for model 'bls_by_name_0_0', message: "
+        "TritonModelException: Model undefined_model - Error when running inference: "
+        "Failed for execute the inference request. Model 'undefined_model' is not ready."
+        "\n\nAt:\n"  # the frames of model code, innermost first
+        f"  {BY_NAME}({source_line(BY_NAME, 'raise pb_utils')}): forward\n"
+        f"  {BY_NAME}({source_line(BY_NAME, 'self.forward(')}): execute\n")

@@ -132,7 +132,7 @@ class StubCalls:
             correlation_id=correlation_id, flags=flags, timeout_us=timeout)
         self_call = False
         try:
-            model = self._find_model(model_name, version)
+            model = self._ready_model(model_name, version, decoupled)
             self_call = caller in model.instances
             if self_call:
                 caller.self_calls += 1
@@ -151,8 +151,9 @@ class StubCalls:
             else:
                 response = await model.infer(request, descs=descs)
                 caller.reply(call_id, None, self._answer(caller, response))
-        except ServerError as err:
-            answer = (((int(err.code), err.message), (), "{}"), NO_TOKEN)
+        except ServerError as err:  # before the callee got the request: Triton's words
+            answer = (((int(ErrorCode.INTERNAL), f"Model {model_name} - Error when running "
+                        f"inference: {err.message}"), (), "{}"), NO_TOKEN)
             if decoupled:
                 caller.reply_item(call_id, answer, True)
             else:
@@ -170,6 +171,17 @@ class StubCalls:
             self._streams.pop((id(caller), call_id), None)
             if self_call:
                 caller.self_calls -= 1
+
+    def _ready_model(self, name: str, version: str, decoupled: bool) -> "Model":
+        """The model a BLS call goes to, refused as Triton refuses it."""
+        try:
+            model = self._find_model(name, version)
+        except ServerError:
+            model = None
+        if model is None or not model.is_ready():
+            raise ServerError(ErrorCode.INTERNAL, "Failed for execute the inference request. "
+                              f"Model '{name}' is not ready.")
+        return model
 
     def _answer(self, caller: "ModelInstance", response: InferResponse) -> tuple:
         if response.error is not None:
