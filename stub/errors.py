@@ -18,8 +18,15 @@ _HIDDEN = tuple(os.path.dirname(os.path.abspath(package.__file__)) + os.sep
                 for package in (stub, backend_utils, shm, asyncio, concurrent.futures))
 
 
+class StubError(Exception):
+    """An error of the stub itself, not raised through model code (Triton's C++
+    PythonBackendException): its text is the message alone."""
+
+
 def describe(exc: BaseException) -> str:
     """Triton's text for `exc` (a SyntaxError says where, as Python prints it)."""
+    if isinstance(exc, StubError):
+        return str(exc)
     if isinstance(exc, SyntaxError):
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     else:

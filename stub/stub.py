@@ -217,7 +217,8 @@ class Stub:
                     self.send((p.BATCH_DONE, batch_id, None, ()))
                     return
                 returned = self.async_loop.submit(returned, lambda exc: None).result()
-            responses = check_returned(returned, len(built), self.decoupled)
+            responses = check_returned(returned, len(built), self.decoupled,
+                                       self.instance_name)
             rescheduled = _rescheduled(built, responses)
             if self.decoupled:
                 self.send((p.BATCH_DONE, batch_id, None, rescheduled))

@@ -22,7 +22,7 @@ from polling import wait_for
 
 COMPAT = Path(__file__).resolve().parent / "models_compat"
 STARTUP = ["argv_probe", "rendezvous", "rendezvous_caller", "stubborn_stream",
-           "stream_canceller", "bls_by_name"]
+           "stream_canceller", "bls_by_name", "decoupled_returns", "response_params"]
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 
 
@@ -125,6 +125,21 @@ def stream_results(server, model: str, requests: list[dict[str, np.ndarray]]) ->
         client.close()
 
 
+def stream_error(server, model: str, inputs: dict[str, np.ndarray]) -> str:
+    """The error message a request that fails on a gRPC stream gets."""
+    client = server.grpc_client()
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        client.async_stream_infer(model, [grpc_input(k, v) for k, v in inputs.items()])
+        result, error = results.get(timeout=WAIT_S)
+        assert result is None, "expected an error"
+        return error.message()
+    finally:
+        client.stop_stream()
+        client.close()
+
+
 # -- 4. await async_exec(decoupled=True) ----------------------------------------------
 def rendezvous(calls: int, parties: int, group: str) -> dict[str, np.ndarray]:
     return {"CALLS": np.array([calls], np.int32), "PARTIES": np.array([parties], np.int32),
@@ -176,3 +191,54 @@ def test_bls_to_a_model_that_does_not_exist_fails_with_tritons_text_and_tracebac
         "\n\nAt:\n"  # the frames of model code, innermost first
         f"  {BY_NAME}({source_line(BY_NAME, 'raise pb_utils')}): forward\n"
         f"  {BY_NAME}({source_line(BY_NAME, 'self.forward(')}): execute\n")
+
+
+# -- 9. error texts clients match on --------------------------------------------------
+def test_decoupled_execute_returning_responses_fails_with_tritons_text(server):
+    error = stream_error(server, "decoupled_returns", {"DUMMY": np.array([0], np.int32)})
+    assert error == (
+        "Failed to process the request(s) for model 'decoupled_returns_0_0', message: "
+        "Python model 'decoupled_returns_0_0' is using the decoupled mode and the execute "
+        "function must return None.")
+
+
+def test_bls_without_decoupled_true_to_a_decoupled_model_fails_with_tritons_text(server):
+    with pytest.raises(InferenceServerException) as err:
+        server.http_client().infer("bls_by_name", by_name(b"rendezvous"))
+    assert ("TritonModelException: Model rendezvous - Error when running inference: Model "
+            "rendezvous is using the decoupled. The current BLS request call doesn't support "
+            "models using the decoupled transaction policy. Please use 'decoupled=True' "
+            "argument to the 'exec' or 'async_exec' calls for decoupled models.'") \
+        in err.value.message()
+
+
+def test_logger_lines_name_the_model_file_and_quote_the_message(server):
+    server.http_client().infer("bls_by_name", by_name(b"argv_probe"))
+    where = f"model.py:{source_line(BY_NAME, 'log_info(')}] "  # the file's name, no folder
+    wait_for(lambda: log_lines(server, where + '"calling \\"argv_probe\\""'),
+             "the Logger line, escaped and quoted, in the server log")
+
+
+@pytest.mark.parametrize("params, message", [
+    ([], ", got <class 'list'>"),
+    ({"7": "int key"}, "Expect parameters keys to have type str, found type <class 'int'>"),
+    ({"f": 0.5}, "Expect parameters values to have type bool/int/str, found type "
+                 "<class 'float'>"),
+    ({"n": None}, "Expect parameters values to have type bool/int/str, found type "
+                  "<class 'NoneType'>"),
+], ids=["list", "int-key", "float", "none"])
+def test_response_parameters_of_the_wrong_type_fail_with_tritons_text(server, params, message):
+    params_input = [http_input("PARAMS", np.array([json.dumps(params).encode()], np.object_))]
+    with pytest.raises(InferenceServerException) as err:
+        server.http_client().infer("response_params", params_input)
+    assert err.value.status() == "400" and message in err.value.message()
+
+
+def test_response_parameters_of_the_right_types_reach_the_client(server):
+    params = {"b": True, "i": 7, "s": "text"}
+    result = server.grpc_client().infer(
+        "response_params", [grpc_input("PARAMS", np.array([json.dumps(params).encode()],
+                                                          np.object_))])
+    got = result.get_response().parameters
+    assert (got["b"].bool_param, got["i"].int64_param, got["s"].string_param) == \
+        (True, 7, "text")

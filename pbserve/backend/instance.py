@@ -6,10 +6,12 @@ import asyncio
 import enum
 import json
 import logging
+import os
 import time
 from typing import Callable
 
 from pbserve.backend.block_refs import BlockRefs
+from pbserve.backend.log_escape import escaped
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
@@ -344,8 +346,10 @@ class ModelInstance:
             self._stub.send((p.SEQUENCE_TERMINATED, correlation_id, reason))
 
     def _on_log(self, level: int, message: str, filename: str, line: int) -> None:
-        where = f"{filename}:{line}" if line else filename
-        self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where, message)
+        # Triton's form: `model.py:161] "message"` (the file's name, the message escaped)
+        where = f"{os.path.basename(filename)}:{line}" if line else filename
+        self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where,
+                            escaped(message))
 
     # -- responses --------------------------------------------------------------------
     def _response(self, pending: PendingRequest, msg: tuple, final: bool) -> InferResponse:

@@ -181,6 +181,12 @@ class StubCalls:
         if model is None or not model.is_ready():
             raise ServerError(ErrorCode.INTERNAL, "Failed for execute the inference request. "
                               f"Model '{name}' is not ready.")
+        if model.decoupled and not decoupled:
+            raise ServerError(ErrorCode.INVALID_ARG, (
+                f"Model {name} is using the decoupled. The current BLS request call doesn't "
+                "support models using the decoupled transaction policy. Please use "
+                "'decoupled=True' argument to the 'exec' or 'async_exec' calls for "
+                "decoupled models.'"))
         return model
 
     def _answer(self, caller: "ModelInstance", response: InferResponse) -> tuple:
