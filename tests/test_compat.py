@@ -9,7 +9,10 @@ explicit mode and each test loads what it needs).
 from __future__ import annotations
 
 import json
+import os
 import queue
+import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -242,3 +245,35 @@ def test_response_parameters_of_the_right_types_reach_the_client(server):
     got = result.get_response().parameters
     assert (got["b"].bool_param, got["i"].int64_param, got["s"].string_param) == \
         (True, 7, "text")
+
+
+# -- 6. readiness follows the stub ----------------------------------------------------
+def test_a_stub_that_dies_in_initialize_fails_the_load_as_not_healthy(server):
+    client = server.http_client()
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("dies_in_initialize")
+    assert "Stub process 'dies_in_initialize_0_0' is not healthy." in err.value.message()
+    assert not client.is_model_ready("dies_in_initialize")
+
+
+def test_model_is_not_ready_while_its_stub_is_dead_and_ready_once_it_is_back(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(COMPAT / "fragile", repo / "fragile")
+    broken = repo / "fragile" / "broken"
+    with running_server(repo, args=["--log-verbose", "1"],
+                        log_path=tmp_path / "server.log") as srv:
+        http, grpc = srv.http_client(), srv.grpc_client()
+        pid = int(http.infer("fragile", DUMMY).as_numpy("PID")[0])
+        assert http.is_model_ready("fragile") and grpc.is_model_ready("fragile")
+        broken.touch()  # the restart fails until it is gone
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: log_lines(srv, "restart of 'fragile_0_0' failed"),
+                 "a failed restart")
+        assert not http.is_model_ready("fragile") and not grpc.is_model_ready("fragile")
+        assert not http.is_server_ready()  # strict readiness: every model's stubs up
+        assert len(log_lines(srv, "Model 'fragile' version 1 is not ready: Stub process "
+                                  "'fragile_0_0' is not healthy.")) >= 2
+        broken.unlink()
+        wait_for(lambda: http.is_model_ready("fragile"), "the model ready again")
+        assert grpc.is_model_ready("fragile") and http.is_server_ready()
+        assert int(http.infer("fragile", DUMMY).as_numpy("PID")[0]) != pid

@@ -194,8 +194,7 @@ class ModelInstance:
         status = f"signal {-code}" if code < 0 else f"status {code}"
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(internal(
-                f"Stub process '{self.name}' of model '{self.model_name}' exited with "
-                f"{status}"))
+                f"Stub process '{self.name}' is not healthy. It exited with {status}."))
         if self.state is not InstanceState.READY:
             return  # starting or stopping: the waiting coroutine deals with it
         message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "

@@ -127,16 +127,23 @@ class ModelManager:
         return self._live
 
     def is_ready(self) -> bool:
-        return self._live and not any(e.failed for e in self._entries.values())
+        """Strict readiness, as Triton's: every model loaded, and each one's stubs up."""
+        return self._live and not any(e.failed for e in self._entries.values()) and all(
+            m.is_ready() for e in self._entries.values() if e.state == READY
+            for m in e.versions.values())
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "triton", "version": __version__, "extensions": EXTENSIONS}
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            return self.model(name, version).is_ready()
+            model = self.model(name, version)
         except ServerError:
             return False
+        reason = model.not_ready_reason()
+        if reason is not None:
+            log.debug("Model '%s' version %s is not ready: %s", name, model.version, reason)
+        return reason is None
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.model(name, version)

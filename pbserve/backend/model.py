@@ -55,8 +55,17 @@ class Model:
         return self.model_dir / self.version / (self.cfg.default_model_filename or "model.py")
 
     def is_ready(self) -> bool:
-        return bool(self.instances) and all(
-            i.state in (InstanceState.READY, InstanceState.RESTARTING) for i in self.instances)
+        return self.not_ready_reason() is None
+
+    def not_ready_reason(self) -> str | None:
+        """Why the loaded model is not ready (Triton's words), None when it is: readiness
+        follows the stubs, so a dead or restarting one makes the model not ready."""
+        if not self.instances:
+            return "the model has no instances"
+        for instance in self.instances:
+            if instance.state is not InstanceState.READY:
+                return f"Stub process '{instance.name}' is not healthy."
+        return None
 
     # -- lifecycle --------------------------------------------------------------------
     async def load(self, auto_complete: bool = True) -> None:

@@ -174,11 +174,11 @@ class StubCalls:
 
     def _ready_model(self, name: str, version: str, decoupled: bool) -> "Model":
         """The model a BLS call goes to, refused as Triton refuses it."""
-        try:
+        try:  # a loaded model whose stub restarts takes the call: it waits for the stub
             model = self._find_model(name, version)
         except ServerError:
             model = None
-        if model is None or not model.is_ready():
+        if model is None:
             raise ServerError(ErrorCode.INTERNAL, "Failed for execute the inference request. "
                               f"Model '{name}' is not ready.")
         if model.decoupled and not decoupled:
