@@ -33,6 +33,7 @@ from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.context import CURRENT_KEYS
+from stub.errors import StubError
 from stub.errors import describe as _describe
 from stub.model_loader import import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
@@ -140,6 +141,9 @@ class Stub:
                 self._free(message[1])
             elif kind == p.CANCEL and self.runtime is not None:
                 self.runtime.mark_cancelled(message[1])
+            elif kind == p.IS_READY:
+                threading.Thread(target=self._is_ready, name="pbserve-stub-is-ready",
+                                 daemon=True).start()
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:
@@ -192,11 +196,11 @@ class Stub:
             if hasattr(self.model, "initialize"):
                 self.model.initialize(args)
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send((p.INIT_DONE, _describe(exc)))
+            self.send((p.INIT_DONE, _describe(exc), False))
             self._running = False
             return
         self.initialized = True
-        self.send((p.INIT_DONE, None))
+        self.send((p.INIT_DONE, None, hasattr(self.model, "is_ready")))
 
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
@@ -291,6 +295,21 @@ class Stub:
         except BaseException as exc:  # noqa: BLE001 - only logged
             self.log_error(f"sequence_terminated of '{self.instance_name}' failed: "
                            f"{_describe(exc)}")
+
+    def _is_ready(self) -> None:
+        """The model's `is_ready()` (sync or async), in a thread of its own: the control
+        thread must go on delivering BLS answers meanwhile. The parent asks once at a
+        time and bounds its wait."""
+        try:
+            ready = self.model.is_ready()
+            if inspect.iscoroutine(ready):
+                ready = self.async_loop.submit(ready, lambda exc: None).result()
+            if not isinstance(ready, bool):
+                raise StubError("is_ready() must return a boolean value")
+        except BaseException as exc:  # noqa: BLE001 - not ready, with the reason
+            self.send((p.READINESS, _describe(exc), False))
+            return
+        self.send((p.READINESS, None, ready))
 
     def on_finalize(self) -> None:
         self.finalizing = True

@@ -13,6 +13,7 @@ import os
 import queue
 import shutil
 import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,8 @@ from polling import wait_for
 
 COMPAT = Path(__file__).resolve().parent / "models_compat"
 STARTUP = ["argv_probe", "rendezvous", "rendezvous_caller", "stubborn_stream",
-           "stream_canceller", "bls_by_name", "decoupled_returns", "response_params"]
+           "stream_canceller", "bls_by_name", "decoupled_returns", "response_params",
+           "readiness_probe"]
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 
 
@@ -36,10 +38,10 @@ WAIT_S = 30
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("compat") / "server.log"
-    args = ["--model-control-mode", "explicit"]
+    args = ["--model-control-mode", "explicit", "--log-verbose", "1"]
     for name in STARTUP:
         args += ["--load-model", name]
-    with running_server(COMPAT, args=args, log_path=log) as srv:
+    with running_server(COMPAT, args=args, log_path=log, ready_timeout=60) as srv:
         yield srv
 
 
@@ -277,3 +279,57 @@ def test_model_is_not_ready_while_its_stub_is_dead_and_ready_once_it_is_back(tmp
         wait_for(lambda: http.is_model_ready("fragile"), "the model ready again")
         assert grpc.is_model_ready("fragile") and http.is_server_ready()
         assert int(http.infer("fragile", DUMMY).as_numpy("PID")[0]) != pid
+
+
+# -- 7. the model's own is_ready() ----------------------------------------------------
+def probe(server, mode: bytes) -> int:
+    """Set readiness_probe's mode; how many times its is_ready() ran so far."""
+    result = server.http_client().infer(
+        "readiness_probe", [http_input("MODE", np.array([mode], np.object_))])
+    return int(result.as_numpy("CALLS")[0])
+
+
+def test_model_readiness_asks_the_models_own_is_ready(server):
+    http, grpc = server.http_client(), server.grpc_client()
+    try:
+        before = probe(server, b"ready")
+        assert http.is_model_ready("readiness_probe") and grpc.is_model_ready("readiness_probe")
+        assert probe(server, b"not_ready") == before + 2  # once per check
+        assert not http.is_model_ready("readiness_probe")
+        assert not grpc.is_model_ready("readiness_probe")
+        assert log_lines(server, "Model 'readiness_probe' version 1 is not ready: Model "
+                                 "'readiness_probe_0_0' is not ready (user-defined check "
+                                 "failed).")
+        probe(server, b"raise")
+        assert not http.is_model_ready("readiness_probe")
+        assert log_lines(server, "is not ready: RuntimeError: readiness_probe: failing on "
+                                 "purpose")
+    finally:
+        probe(server, b"ready")
+    assert http.is_model_ready("readiness_probe")
+
+
+def test_concurrent_readiness_checks_share_one_bounded_call(server):
+    before = probe(server, b"slow")
+    answers: list[bool] = []
+    checks = [threading.Thread(target=lambda: answers.append(
+        server.http_client().is_model_ready("readiness_probe"))) for _ in range(3)]
+    for check in checks:
+        check.start()
+    for check in checks:
+        check.join(WAIT_S)
+    assert answers == [False] * 3  # each gave up after 5 s
+    assert probe(server, b"ready") == before + 1  # one call for the three
+    wait_for(lambda: server.http_client().is_model_ready("readiness_probe"),
+             "ready once the slow call has ended")
+
+
+def test_is_ready_answering_no_bool_means_not_ready(server):
+    client = server.http_client()
+    client.load_model("ready_sync")
+    try:
+        assert not client.is_model_ready("ready_sync")
+        assert log_lines(server, "Model 'ready_sync' version 1 is not ready: is_ready() must "
+                                 "return a boolean value")
+    finally:
+        client.unload_model("ready_sync")

@@ -16,6 +16,7 @@ from pbserve.backend.pending import PendingRequest
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
 from pbserve.backend.types import InferResponse, TensorData
+from pbserve.backend.user_readiness import UserReadiness
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap
 from stub import protocol as p
@@ -57,6 +58,7 @@ class ModelInstance:
         self.init_args = init_args
         self.decoupled = decoupled
         self.state = InstanceState.STOPPED
+        self.readiness = UserReadiness(name, self._send_control)
         self.busy = False
         self.restarts = 0
         self.self_calls = 0  # BLS calls in flight from this instance to its own model
@@ -109,6 +111,7 @@ class ModelInstance:
             if reply[1] is not None:
                 # Triton's words: the manager prefixes "load failed for model ..."
                 raise ServerError(ErrorCode.INVALID_ARG, f"Internal: {reply[1]}")
+            self.readiness.defined = bool(reply[2])
         except BaseException:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
@@ -181,6 +184,7 @@ class ModelInstance:
 
     async def _discard_stub(self) -> None:
         stub, self._stub = self._stub, None
+        self.readiness.stub_gone()
         if stub is not None:
             self._calls.caller_gone(self)
             stub.kill()
@@ -262,6 +266,10 @@ class ModelInstance:
         if self._stub is not None and self._stub.alive():
             self._stub.send_control((p.STREAM_ITEM, call_id, value, final))
 
+    def _send_control(self, message: tuple) -> None:
+        if self._stub is not None and self._stub.alive():
+            self._stub.send_control(message)
+
     def cancel(self, key: int) -> None:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
         if key in self._inflight and self._stub is not None and self._stub.alive():
@@ -287,6 +295,8 @@ class ModelInstance:
                 self._calls.cancel(self, message[1])
             elif kind == p.NOTIFY:
                 self._calls.notify(self, message[1], message[2])
+            elif kind == p.READINESS:
+                self.readiness.answered(message[1], message[2])
             elif self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(message)
 

@@ -54,18 +54,18 @@ class Model:
     def model_path(self) -> Path:
         return self.model_dir / self.version / (self.cfg.default_model_filename or "model.py")
 
-    def is_ready(self) -> bool:
-        return self.not_ready_reason() is None
-
-    def not_ready_reason(self) -> str | None:
+    async def not_ready_reason(self) -> str | None:
         """Why the loaded model is not ready (Triton's words), None when it is: readiness
-        follows the stubs, so a dead or restarting one makes the model not ready."""
+        follows the stubs (a dead or restarting one makes the model not ready), then
+        asks the model's own `is_ready()` in every instance, if it has one."""
         if not self.instances:
             return "the model has no instances"
         for instance in self.instances:
             if instance.state is not InstanceState.READY:
                 return f"Stub process '{instance.name}' is not healthy."
-        return None
+        reasons = await asyncio.gather(
+            *(i.readiness.not_ready_reason() for i in self.instances))
+        return next((reason for reason in reasons if reason is not None), None)
 
     # -- lifecycle --------------------------------------------------------------------
     async def load(self, auto_complete: bool = True) -> None:

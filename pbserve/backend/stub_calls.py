@@ -266,5 +266,5 @@ class StubCalls:
         if not task.cancelled() and task.exception() is not None:
             log.error("unload requested by a model failed: %s", task.exception())
 
-    def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
-        return self._manager().model_ready(name, version)
+    async def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
+        return await self._manager().model_ready(name, version)
