@@ -1,6 +1,7 @@
 """Models that run unmodified on Triton's Python backend, through a real server: what model
 code sees of its process (sys.argv), BLS outside `execute`, model files importing each
-other, BLS streams, and the error texts clients match on.
+other, BLS streams and their cancellation, bytes for strings, the error texts clients
+match on, and readiness (the stubs' health, the model's own `is_ready()`).
 
 The models live in tests/models_compat (some must fail to load: the server runs in
 explicit mode and each test loads what it needs).
@@ -29,8 +30,6 @@ STARTUP = ["argv_probe", "rendezvous", "rendezvous_caller", "stubborn_stream",
            "stream_canceller", "bls_by_name", "decoupled_returns", "response_params",
            "readiness_probe"]
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
-
-
 DUMMY = [http_input("DUMMY", np.array([0], np.int32))]
 WAIT_S = 30
 
