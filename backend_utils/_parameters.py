@@ -12,8 +12,8 @@ def parameters_to_json(parameters: Any) -> str:
     """Validate like Triton (keys str, values bool/int/str) and serialise."""
     if parameters is None:
         return "{}"
-    if not isinstance(parameters, dict):
-        raise TypeError(f"parameters must be a dict, got {type(parameters).__name__}")
+    if not isinstance(parameters, dict):  # Triton names its C++ type: "Expect N8pybind114dictE"
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
     for key, value in parameters.items():
         if not isinstance(key, str):
             raise TritonModelException(

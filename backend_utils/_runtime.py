@@ -43,6 +43,10 @@ class Runtime(Protocol):
     def is_cancelled(self, request: InferenceRequest) -> bool:
         """Whether the client cancelled `request` (asked until it first says True)."""
 
+    def bls_allowed(self) -> bool:
+        """False while the model's `initialize` or `finalize` runs (Triton allows BLS
+        from `execute` and from threads running after `initialize`)."""
+
     def bls_exec(
         self, request: InferenceRequest, decoupled: bool
     ) -> InferenceResponse | ResponseIterator:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+from ._strings import as_str
+
 
 class ErrorCode(enum.IntEnum):
     """TRITONSERVER_Error_Code values (an IntEnum so plain ints compare equal)."""
@@ -38,10 +40,7 @@ class TritonError:
     __slots__ = ("_message", "_code")
 
     def __init__(self, message: str, code: int = ErrorCode.INTERNAL) -> None:
-        if not isinstance(message, str):
-            raise TypeError(
-                f"TritonError message must be a str, got {type(message).__name__}"
-            )
+        message = as_str("TritonError message", message)
         if isinstance(code, bool) or not isinstance(code, int):
             raise TypeError(f"TritonError code must be a TritonError code, got {code!r}")
         try:

@@ -13,6 +13,7 @@ import time
 from types import FrameType
 
 from ._runtime import get_runtime
+from ._strings import as_str
 
 VERBOSE_ENV = "PBSERVE_LOG_VERBOSE"
 
@@ -55,8 +56,7 @@ def format_glog(level: LogLevel, message: str, filename: str, line: int) -> str:
 
 
 def _emit(message: str, level: int, frame: FrameType | None) -> None:
-    if not isinstance(message, str):
-        raise TypeError(f"log message must be a str, got {type(message).__name__}")
+    message = as_str("log message", message)
     if isinstance(level, bool) or not isinstance(level, int) or level not in _LEADING_CHAR:
         raise TypeError(f"log level must be a Logger.LogLevel, got {level!r}")
     level = LogLevel(level)

@@ -18,6 +18,7 @@ import weakref
 from typing import Any
 
 from ._runtime import get_runtime, require_runtime
+from ._strings import as_str
 from .error import TritonModelException
 
 _ids = itertools.count(1)
@@ -151,12 +152,8 @@ class MetricFamily:
 
     def __init__(self, name: str, description: str, kind: int) -> None:
         self._registered = False
-        if not isinstance(name, str):
-            raise TypeError(f"MetricFamily name must be a str, got {type(name).__name__}")
-        if not isinstance(description, str):
-            raise TypeError(
-                f"MetricFamily description must be a str, got {type(description).__name__}"
-            )
+        name = as_str("MetricFamily name", name)
+        description = as_str("MetricFamily description", description)
         if isinstance(kind, bool) or not isinstance(kind, int) or kind not in (0, 1, 2):
             raise TypeError(
                 "MetricFamily kind must be MetricFamily.COUNTER, GAUGE or HISTOGRAM, "

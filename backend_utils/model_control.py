@@ -9,16 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from ._runtime import require_runtime
+from ._strings import as_str
 from .error import TritonModelException
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
     """Load or reload `model_name`; `config` is a JSON override, `files` maps
     "file:<relative path>" to contents (the server requires `config` with them)."""
-    if not isinstance(model_name, str):
-        raise TypeError(f"model_name must be a str, got {type(model_name).__name__}")
-    if not isinstance(config, str):
-        raise TypeError(f"config must be a str, got {type(config).__name__}")
+    model_name = as_str("model_name", model_name)
+    config = as_str("config", config)
     file_map: dict[str, bytes] | None = None
     if files is not None:
         if not isinstance(files, dict):
@@ -28,9 +27,7 @@ def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None
             )
         file_map = {}
         for path, content in files.items():
-            if not isinstance(path, str):
-                raise TypeError("files keys must be str")
-            file_map[path] = _as_bytes(content)
+            file_map[as_str("files key", path)] = _as_bytes(content)
     runtime = require_runtime("load_model")
     try:
         runtime.load_model(model_name, config, file_map)
@@ -40,8 +37,7 @@ def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     """Unload `model_name` (and, if asked, the models that depend on it)."""
-    if not isinstance(model_name, str):
-        raise TypeError(f"model_name must be a str, got {type(model_name).__name__}")
+    model_name = as_str("model_name", model_name)
     if not isinstance(unload_dependents, bool):
         raise TypeError("unload_dependents must be a bool")
     runtime = require_runtime("unload_model")
@@ -53,10 +49,8 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
     """Whether `model_name` is ready; version "" means the version policy's default."""
-    if not isinstance(model_name, str):
-        raise TypeError(f"model_name must be a str, got {type(model_name).__name__}")
-    if not isinstance(model_version, str):
-        raise TypeError(f"model_version must be a str, got {type(model_version).__name__}")
+    model_name = as_str("model_name", model_name)
+    model_version = as_str("model_version", model_version)
     failure = "Failed to check model readiness"
     if model_version:
         try:

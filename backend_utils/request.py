@@ -14,6 +14,7 @@ from typing import Any
 
 from ._parameters import parameters_to_json
 from ._runtime import get_runtime, require_runtime
+from ._strings import as_str
 from .constants import TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 from .error import TritonModelException
 from .preferred_memory import PreferredMemory
@@ -24,6 +25,7 @@ from .tensor import Tensor
 from .trace import InferenceTrace
 
 _REQUIRED: Any = object()
+BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 _UINT32_MAX = 2**32 - 1
 _UINT64_MAX = 2**64 - 1
 # An incoming request makes its sender, trace and preferred memory on first use (most
@@ -39,10 +41,12 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
     return int(value)
 
 
-def _check_str(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    return value
+def _check_bls_allowed(runtime: Any) -> None:
+    """Triton refuses BLS while the model initializes or finalizes (an exception, not an
+    error response); a runtime without `bls_allowed` allows it always."""
+    allowed = getattr(runtime, "bls_allowed", None)
+    if allowed is not None and not allowed():
+        raise TritonModelException(BLS_OUTSIDE_EXECUTE)
 
 
 class InferenceRequest:
@@ -82,8 +86,8 @@ class InferenceRequest:
             raise TypeError(
                 "InferenceRequest() missing required argument(s): " + ", ".join(missing)
             )
-        _check_str("request_id", request_id)
-        _check_str("model_name", model_name)
+        request_id = as_str("request_id", request_id)
+        model_name = as_str("model_name", model_name)
         model_version = _check_int("model_version", model_version, -(2**63), 2**63 - 1)
         flags = _check_int("flags", flags, 0, _UINT32_MAX)
         timeout = _check_int("timeout", timeout, 0, _UINT64_MAX)
@@ -104,9 +108,7 @@ class InferenceRequest:
             requested_output_names, Iterable
         ):
             raise TypeError("requested_output_names must be a list of str")
-        names = list(requested_output_names)
-        for name in names:
-            _check_str("requested output name", name)
+        names = [as_str("requested output name", name) for name in requested_output_names]
 
         parameters_json = parameters_to_json(parameters)
         if isinstance(correlation_id, int):
@@ -295,6 +297,7 @@ class InferenceRequest:
         if not isinstance(decoupled, bool):
             raise TypeError(f"decoupled must be a bool, got {type(decoupled).__name__}")
         runtime = require_runtime("InferenceRequest.exec (BLS)")
+        _check_bls_allowed(runtime)
         try:
             return runtime.bls_exec(self, decoupled)
         except TritonModelException as exc:
@@ -318,10 +321,14 @@ class InferenceRequest:
         if not isinstance(decoupled, bool):
             raise TypeError(f"decoupled must be a bool, got {type(decoupled).__name__}")
         loop = asyncio.get_running_loop()
-        native = getattr(get_runtime(), "bls_async_exec", None)
-        if native is not None:
-            return asyncio.ensure_future(native(self, decoupled))
+        runtime = get_runtime()
+        if getattr(runtime, "bls_async_exec", None) is not None:
+            return asyncio.ensure_future(self._native_async_exec(runtime, decoupled))
         return loop.run_in_executor(None, self.exec, decoupled)
+
+    async def _native_async_exec(self, runtime: Any, decoupled: bool) -> Any:
+        _check_bls_allowed(runtime)  # raised when awaited, as Triton's executor call does
+        return await runtime.bls_async_exec(self, decoupled)
 
     def __repr__(self) -> str:
         kind = "incoming" if self._is_incoming else "bls"

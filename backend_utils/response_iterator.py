@@ -82,10 +82,25 @@ class ResponseIterator:
                     return response
                 if self._finished:
                     raise StopAsyncIteration
-                loop = asyncio.get_running_loop()
-                future: asyncio.Future[None] = loop.create_future()
-                self._async_waiters.append((loop, future))
+                future = self._async_waiter()
             await future
+
+    async def _first_response(self) -> None:
+        """Until a response (or the end) is in, awaited without blocking the event loop;
+        nothing is consumed. `await async_exec(decoupled=True)` resolves then, as Triton's."""
+        while True:
+            with self._cond:
+                if self._responses or self._finished:
+                    return
+                future = self._async_waiter()
+            await future
+
+    def _async_waiter(self) -> asyncio.Future[None]:
+        """A future of the running loop that the next `_put` completes (lock held)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._async_waiters.append((loop, future))
+        return future
 
     def cancel(self) -> None:
         """Ask the server to cancel the in-flight BLS request; no-op once finished."""

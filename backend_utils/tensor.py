@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _dlpack
+from ._strings import as_str
 from .dtypes import (
     TYPE_BF16,
     TYPE_BOOL,
@@ -59,11 +60,11 @@ _FROM_DLPACK: dict[tuple[int, int], int] = {dl: code for code, dl in _TO_DLPACK.
 _GPU_NUMPY_ERROR = "Tensor is stored in GPU and cannot be converted to NumPy."
 
 
-def _check_name(name: Any) -> None:
-    if not isinstance(name, str):
-        raise TypeError(f"Tensor name must be a str, got {type(name).__name__}")
+def _check_name(name: Any) -> str:
+    name = as_str("Tensor name", name)
     if name == "":
         raise TritonModelException("Tensor name cannot be an empty string.")
+    return name
 
 
 def _is_capsule(obj: Any) -> bool:
@@ -84,7 +85,7 @@ class Tensor:
     _gpu: tuple[_dlpack.DLInfo, Any] | None
 
     def __init__(self, name: str, numpy_array: np.ndarray) -> None:
-        _check_name(name)
+        name = _check_name(name)
         if not isinstance(numpy_array, np.ndarray):
             raise TypeError(
                 f"Tensor data must be a numpy.ndarray, got {type(numpy_array).__name__}"
@@ -219,7 +220,7 @@ class Tensor:
     @classmethod
     def from_dlpack(cls, name: str, tensor: Any) -> Tensor:
         """Zero-copy import of a DLPack capsule or of an object with `__dlpack__`."""
-        _check_name(name)
+        name = _check_name(name)
         if _is_capsule(tensor):
             capsule = tensor
         else:

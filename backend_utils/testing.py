@@ -57,6 +57,9 @@ class FakeRuntime:
         self.cancel_queries += 1
         return request._key in self.cancelled
 
+    def bls_allowed(self) -> bool:
+        return True
+
     def bls_exec(
         self, request: InferenceRequest, decoupled: bool
     ) -> InferenceResponse | ResponseIterator:

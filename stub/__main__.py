@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from stub.stub import Stub
 
@@ -17,6 +18,9 @@ def main() -> None:
     parser.add_argument("--doorbell-fd", type=int, default=-1,
                         help="inherited eventfd to ring after each message to the parent")
     args = parser.parse_args()
+    # A model sees no arguments, as in Triton's embedded interpreter: its own argparse or
+    # unittest.main() must not read (and exit on) the stub's.
+    sys.argv[:] = [""]
     # The parent drives shutdown: a Ctrl-C sent to the whole process group must not
     # kill a model in the middle of a request.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -10,6 +10,7 @@ model may keep a BLS output for as long as it likes.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -83,10 +84,18 @@ class BlsClient:
         return self.response(reply)
 
     async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any:
-        """Waits on the event loop, not in a thread: many calls can be in flight."""
+        """Waits on the event loop, not in a thread: many calls can be in flight. A stream
+        is handed over once its first response is in (as Triton's), so that a caller
+        reading it with a blocking `for` lets the loop start other calls until then."""
         args, owned = self._args(request, decoupled)
         if decoupled:
-            return self._stream(args, owned)
+            iterator = self._stream(args, owned)
+            try:
+                await iterator._first_response()
+            except asyncio.CancelledError:
+                iterator.cancel()  # nobody will read it: ask the callee to stop
+                raise
+            return iterator
         try:
             reply = await self._stub.calls.call_async("bls", *args)
         except Exception as exc:  # noqa: BLE001 - BLS errors are responses, as in Triton

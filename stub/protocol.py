@@ -41,10 +41,11 @@ SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reas
 #   the model's optional `sequence_terminated(correlation_id, reason)`; no answer
 FORGET_REGION = 10  # control queue: (FORGET_REGION, token): a client region was
 #   unregistered; unmap the window of that token (shm/client_region.py) if mapped
+IS_READY = 11     # control queue: (IS_READY,): run the model's `is_ready()`, answer READINESS
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
-INIT_DONE = 102   # (INIT_DONE, error: str | None)
+INIT_DONE = 102   # (INIT_DONE, error: str | None, has_is_ready: bool)
 RESPONSES = 103   # (RESPONSES, batch_id, error: str | None,
 #                    responses: tuple[(key, ResponseMsg | None)], rescheduled: tuple[key]):
 #                    rescheduled = keys released with RESCHEDULE (not complete)
@@ -58,6 +59,7 @@ CALL = 109        # (CALL, call_id, op, args): the stub asks, the parent answers
 CALL_CANCEL = 110  # (CALL_CANCEL, call_id): the stub no longer wants a streamed call
 BLS_RELEASE = 111  # (BLS_RELEASE, token): the outputs of a BLS response are no longer used
 NOTIFY = 112      # (NOTIFY, op, args): a CALL that wants no answer (metric deletes)
+READINESS = 113   # (READINESS, error: str | None, ready: bool): what `is_ready()` said
 
 # RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
 #               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc],

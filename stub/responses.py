@@ -8,10 +8,11 @@ from backend_utils.error import TritonError
 from backend_utils.response import InferenceResponse
 from shm.pool import Pool, RegionMap
 from stub.borrowed import BorrowedBlocks
+from stub.errors import StubError
 from stub.tensors import output_desc, output_into_region, output_nbytes
 
 
-class ExecuteReturnError(Exception):
+class ExecuteReturnError(StubError):
     """`execute` returned something Triton refuses; the whole batch fails with it."""
 
 
@@ -24,7 +25,7 @@ def response_msg(response: InferenceResponse, requested: Collection[str], pool: 
     if not isinstance(response, InferenceResponse):
         raise ExecuteReturnError(
             f"Expected an 'InferenceResponse' object in the execute function return list, "
-            f"found type '{type(response).__name__}'.")
+            f"found type '{type(response)}'.")
     error = response.error()
     if error is not None:
         return ((int(error.code()), error.message()), (), response.parameters())
@@ -59,19 +60,20 @@ def _with_client_regions(response: InferenceResponse, requested: Collection[str]
     return (None, outputs, response.parameters())
 
 
-def check_returned(returned: object, request_count: int, decoupled: bool) -> list:
+def check_returned(returned: object, request_count: int, decoupled: bool,
+                   instance_name: str) -> list:
     """Validate `execute`'s return value; the list of responses (or Nones)."""
     if decoupled:
         if returned is not None:
             raise ExecuteReturnError(
-                "Python model is using the decoupled mode and the execute function must "
-                "return None.")
+                f"Python model '{instance_name}' is using the decoupled mode and the execute "
+                "function must return None.")
         return [None] * request_count
     if returned is None:
         return [None] * request_count
     if not isinstance(returned, list):
         raise ExecuteReturnError(
-            f"Expected a list in the execute return, found type '{type(returned).__name__}'.")
+            f"Expected a list in the execute return, found type '{type(returned)}'.")
     if len(returned) != request_count:
         raise ExecuteReturnError(
             f"Number of InferenceResponse objects do not match the number of "

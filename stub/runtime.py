@@ -92,6 +92,9 @@ class StubRuntime:
             return request._key in self._cancelled
 
     # -- BLS --------------------------------------------------------------------------
+    def bls_allowed(self) -> bool:
+        return self._stub.initialized and not self._stub.finalizing
+
     def bls_exec(self, request: "InferenceRequest", decoupled: bool):
         return self._stub.bls.exec(request, decoupled)
 

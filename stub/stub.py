@@ -33,6 +33,8 @@ from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.context import CURRENT_KEYS
+from stub.errors import StubError
+from stub.errors import describe as _describe
 from stub.model_loader import import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
@@ -74,6 +76,8 @@ class Stub:
         self._open: set[int] = set()
         self._open_lock = threading.Lock()
         self._running = True
+        self.initialized = False  # `initialize` returned; BLS is allowed from then on
+        self.finalizing = False  # ... until `finalize` starts
 
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
@@ -140,6 +144,9 @@ class Stub:
                 self.runtime.mark_cancelled(message[1])
             elif kind == p.FORGET_REGION:
                 self.regions.forget(message[1])
+            elif kind == p.IS_READY:
+                threading.Thread(target=self._is_ready, name="pbserve-stub-is-ready",
+                                 daemon=True).start()
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:
@@ -193,10 +200,11 @@ class Stub:
             if hasattr(self.model, "initialize"):
                 self.model.initialize(args)
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send((p.INIT_DONE, _describe(exc)))
+            self.send((p.INIT_DONE, _describe(exc), False))
             self._running = False
             return
-        self.send((p.INIT_DONE, None))
+        self.initialized = True
+        self.send((p.INIT_DONE, None, hasattr(self.model, "is_ready")))
 
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
@@ -228,7 +236,8 @@ class Stub:
                     self.send((p.BATCH_DONE, batch_id, None, ()))
                     return
                 returned = self.async_loop.submit(returned, lambda exc: None).result()
-            responses = check_returned(returned, len(built), self.decoupled)
+            responses = check_returned(returned, len(built), self.decoupled,
+                                       self.instance_name)
             rescheduled = _rescheduled(built, responses)
             if self.decoupled:
                 self.send((p.BATCH_DONE, batch_id, None, rescheduled))
@@ -316,7 +325,23 @@ class Stub:
             self.log_error(f"sequence_terminated of '{self.instance_name}' failed: "
                            f"{_describe(exc)}")
 
+    def _is_ready(self) -> None:
+        """The model's `is_ready()` (sync or async), in a thread of its own: the control
+        thread must go on delivering BLS answers meanwhile. The parent asks once at a
+        time and bounds its wait."""
+        try:
+            ready = self.model.is_ready()
+            if inspect.iscoroutine(ready):
+                ready = self.async_loop.submit(ready, lambda exc: None).result()
+            if not isinstance(ready, bool):
+                raise StubError("is_ready() must return a boolean value")
+        except BaseException as exc:  # noqa: BLE001 - not ready, with the reason
+            self.send((p.READINESS, _describe(exc), False))
+            return
+        self.send((p.READINESS, None, ready))
+
     def on_finalize(self) -> None:
+        self.finalizing = True
         self.async_loop.close()
         if self.model is not None and hasattr(self.model, "finalize"):
             try:
@@ -351,10 +376,3 @@ def _rescheduled(requests: list[InferenceRequest], responses: list) -> tuple:
                     f"reschduled request, found type '{type(resp)}'.")
             keys.append(req._key)
     return tuple(keys)
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message` as Triton shows a Python error (with file and line for SyntaxError)."""
-    if isinstance(exc, SyntaxError):
-        return "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return f"{type(exc).__name__}: {exc}"

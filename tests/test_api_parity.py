@@ -195,14 +195,14 @@ def test_logger_levels_reach_the_server_log_with_file_and_line(server):
     for kind, call, level in (("info", "log_info(", "I"), ("warn", "log_warn(", "W"),
                               ("error", "log_error(", "E"), ("log", "logger.log(", "W")):
         assert lines[kind].startswith(level), lines[kind]
-        assert f"model.py:{source_line(model, call)}] parity-{kind}-t0" in lines[kind]
+        assert f'model.py:{source_line(model, call)}] "parity-{kind}-t0' in lines[kind]
     assert lines["verbose"] == ""  # --log-verbose 0
 
 
 def test_log_verbose_is_shown_at_log_verbose_1(env_server):
     lines = logger_lines(env_server, "t1")
     model = PARITY / "parity_logger" / "1" / "model.py"
-    assert f"model.py:{source_line(model, 'log_verbose(')}] parity-verbose-t1" in lines["verbose"]
+    assert f'model.py:{source_line(model, "log_verbose(")}] "parity-verbose-t1' in lines["verbose"]
     assert lines["info"] and lines["error"]
 
 

@@ -79,6 +79,7 @@ def test_bls_constructor_requires_inputs_outputs_and_model():
         ({"requested_output_names": [""]}, "Requested output name for request with id '' and model name 'callee' should not be empty."),
         ({"parameters": {"a": 1.5}}, "Expect parameters values to have type bool/int/str"),
         ({"parameters": {1: "a"}}, "Expect parameters keys to have type str"),
+        ({"parameters": [("a", 1)]}, "Expect dict, got <class 'list'>"),
     ],
 )
 def test_bls_constructor_raises_tritons_errors(kwargs, message):
@@ -90,8 +91,7 @@ def test_bls_constructor_raises_tritons_errors(kwargs, message):
     "kwargs",
     [{"request_id": None}, {"model_name": None}, {"inputs": None}, {"inputs": [np.zeros(1)]},
      {"requested_output_names": "OUT"}, {"requested_output_names": [1]}, {"flags": -1},
-     {"timeout": -1}, {"model_version": "1"}, {"preferred_memory": 1}, {"trace": "t"},
-     {"parameters": [("a", 1)]}],
+     {"timeout": -1}, {"model_version": "1"}, {"preferred_memory": 1}, {"trace": "t"}],
 )
 def test_bls_constructor_rejects_wrong_types(kwargs):
     with pytest.raises(TypeError):

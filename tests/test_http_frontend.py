@@ -64,7 +64,7 @@ class FakeCore:
     def is_live(self) -> bool:
         return True
 
-    def is_ready(self) -> bool:
+    async def is_ready(self) -> bool:
         return True
 
     def server_metadata(self) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class FakeCore:
             raise not_found(f"Request for unknown model: '{name}' version {version} is "
                             "not found")
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    async def model_ready(self, name: str, version: str = "") -> bool:
         return name in self.MODELS and name not in self.unloaded and name != "sleepy"
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:

@@ -20,15 +20,18 @@ class InferenceCore(Protocol):
 
     def is_live(self) -> bool: ...
 
-    def is_ready(self) -> bool:
-        """Triton's strict readiness: live, and every model that was asked for loaded."""
+    async def is_ready(self) -> bool:
+        """Triton's strict readiness: live, and every model that was asked for loaded
+        and ready (its stubs up, its own `is_ready()` true)."""
         ...
 
     def server_metadata(self) -> dict[str, Any]:
         """{"name": ..., "version": ..., "extensions": [...]}"""
         ...
 
-    def model_ready(self, name: str, version: str = "") -> bool: ...
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """Loaded, its stubs up, and its own `is_ready()` (if any) true in every instance."""
+        ...
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         """KServe v2 model metadata: name, versions, platform "python", inputs, outputs

@@ -6,14 +6,17 @@ import asyncio
 import enum
 import json
 import logging
+import os
 import time
 from typing import Callable
 
 from pbserve.backend.block_refs import BlockRefs
+from pbserve.backend.log_escape import escaped
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
 from pbserve.backend.types import InferResponse, ShmRef, TensorData
+from pbserve.backend.user_readiness import UserReadiness
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.client_region import is_client_token
 from shm.pool import RegionMap
@@ -75,6 +78,7 @@ class ModelInstance:
         self.init_args = init_args
         self.decoupled = decoupled
         self.state = InstanceState.STOPPED
+        self.readiness = UserReadiness(name, self._send_control)
         self.busy = False
         self.restarts = 0
         self.self_calls = 0  # BLS calls in flight from this instance to its own model
@@ -146,8 +150,9 @@ class ModelInstance:
             # No time limit: a model may load for long; a stub that dies ends the wait.
             reply = await self._expect(p.INIT_DONE, "initialize", None)
             if reply[1] is not None:
-                raise ServerError(ErrorCode.INVALID_ARG,
-                                  f"failed to load '{self.model_name}': {reply[1]}")
+                # Triton's words: the manager prefixes "load failed for model ..."
+                raise ServerError(ErrorCode.INVALID_ARG, f"Internal: {reply[1]}")
+            self.readiness.defined = bool(reply[2])
         except BaseException:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
@@ -220,6 +225,7 @@ class ModelInstance:
 
     async def _discard_stub(self) -> None:
         stub, self._stub = self._stub, None
+        self.readiness.stub_gone()
         if stub is not None:
             self._calls.caller_gone(self)
             stub.kill()
@@ -233,8 +239,7 @@ class ModelInstance:
         status = f"signal {-code}" if code < 0 else f"status {code}"
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(internal(
-                f"Stub process '{self.name}' of model '{self.model_name}' exited with "
-                f"{status}"))
+                f"Stub process '{self.name}' is not healthy. It exited with {status}."))
         if self.state is not InstanceState.READY:
             return  # starting or stopping: the waiting coroutine deals with it
         message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "
@@ -332,8 +337,11 @@ class ModelInstance:
 
     def forget_region(self, token: str) -> None:
         """A client region was unregistered: the stub drops its mapping, if it has one."""
+        self._send_control((p.FORGET_REGION, token))
+
+    def _send_control(self, message: tuple) -> None:
         if self._stub is not None and self._stub.alive():
-            self._stub.send_control((p.FORGET_REGION, token))
+            self._stub.send_control(message)
 
     def cancel(self, key: int) -> None:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
@@ -360,6 +368,8 @@ class ModelInstance:
                 self._calls.cancel(self, message[1])
             elif kind == p.NOTIFY:
                 self._calls.notify(self, message[1], message[2])
+            elif kind == p.READINESS:
+                self.readiness.answered(message[1], message[2])
             elif self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(message)
 
@@ -439,8 +449,10 @@ class ModelInstance:
             self._stub.send((p.SEQUENCE_TERMINATED, correlation_id, reason))
 
     def _on_log(self, level: int, message: str, filename: str, line: int) -> None:
-        where = f"{filename}:{line}" if line else filename
-        self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where, message)
+        # Triton's form: `model.py:161] "message"` (the file's name, the message escaped)
+        where = f"{os.path.basename(filename)}:{line}" if line else filename
+        self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where,
+                            escaped(message))
 
     # -- responses --------------------------------------------------------------------
     def _response(self, pending: PendingRequest, msg: tuple, final: bool) -> InferResponse:

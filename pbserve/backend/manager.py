@@ -133,17 +133,30 @@ class ModelManager:
     def is_live(self) -> bool:
         return self._live
 
-    def is_ready(self) -> bool:
-        return self._live and not any(e.failed for e in self._entries.values())
+    async def is_ready(self) -> bool:
+        """Strict readiness, as Triton's: every model loaded, and each one ready."""
+        if not self._live or any(e.failed for e in self._entries.values()):
+            return False
+        models = [(e.name, m) for e in self._entries.values() if e.state == READY
+                  for m in e.versions.values()]
+        return all(await asyncio.gather(*(self._ready(name, m) for name, m in models)))
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "triton", "version": __version__, "extensions": EXTENSIONS}
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    async def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            return self.model(name, version).is_ready()
+            model = self.model(name, version)
         except ServerError:
             return False
+        return await self._ready(name, model)
+
+    @staticmethod
+    async def _ready(name: str, model: Model) -> bool:
+        reason = await model.not_ready_reason()
+        if reason is not None:
+            log.debug("Model '%s' version %s is not ready: %s", name, model.version, reason)
+        return reason is None
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.model(name, version)

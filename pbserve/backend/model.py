@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from pbserve.backend.execution_env import stub_python
 from pbserve.backend.instance import InstanceState, ModelInstance, RunningInstances
@@ -57,9 +57,18 @@ class Model:
     def model_path(self) -> Path:
         return self.model_dir / self.version / (self.cfg.default_model_filename or "model.py")
 
-    def is_ready(self) -> bool:
-        return bool(self.instances) and all(
-            i.state in (InstanceState.READY, InstanceState.RESTARTING) for i in self.instances)
+    async def not_ready_reason(self) -> str | None:
+        """Why the loaded model is not ready (Triton's words), None when it is: readiness
+        follows the stubs (a dead or restarting one makes the model not ready), then
+        asks the model's own `is_ready()` in every instance, if it has one."""
+        if not self.instances:
+            return "the model has no instances"
+        for instance in self.instances:
+            if instance.state is not InstanceState.READY:
+                return f"Stub process '{instance.name}' is not healthy."
+        reasons = await asyncio.gather(
+            *(i.readiness.not_ready_reason() for i in self.instances))
+        return next((reason for reason in reasons if reason is not None), None)
 
     # -- lifecycle --------------------------------------------------------------------
     async def load(self, auto_complete: bool = True) -> None:
@@ -170,9 +179,14 @@ class Model:
         self._count(pending, response)
         return response
 
-    async def stream_infer(self, request: InferRequest, descs: tuple | None = None
+    async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
+                           on_submit: Callable[[PendingRequest], None] | None = None
                            ) -> AsyncIterator[InferResponse]:
+        """The request's responses, the final one last. `on_submit` gets the queued
+        request (for `ask_to_cancel`)."""
         pending = self._submit(request, streaming=True, descs=descs)
+        if on_submit is not None:
+            on_submit(pending)
         assert pending.stream is not None
         failed = False
         try:
@@ -196,6 +210,18 @@ class Model:
         pending.cancelled = True
         self.stats.pending -= 1
         self.stats.failures[metrics.CANCELED] += 1
+        if pending.instance is not None:
+            pending.instance.cancel(pending.key)
+        elif self.scheduler is not None and self.scheduler.remove(pending):
+            pending.deliver(self._error(pending, ServerError(
+                ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
+
+    def ask_to_cancel(self, pending: PendingRequest) -> None:
+        """Cancel a request whose caller goes on reading its responses (a BLS stream's
+        `ResponseIterator.cancel()`): a running one sees `is_cancelled()` and may go on
+        sending until its final flag; a queued one ends with a CANCELLED error."""
+        if pending.done:
+            return
         if pending.instance is not None:
             pending.instance.cancel(pending.key)
         elif self.scheduler is not None and self.scheduler.remove(pending):

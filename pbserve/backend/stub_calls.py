@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pbserve.backend.api import InferenceCore
     from pbserve.backend.instance import ModelInstance
     from pbserve.backend.model import Model
+    from pbserve.backend.pending import PendingRequest
 
 log = logging.getLogger("pbserve.backend")
 NO_TOKEN = 0
@@ -43,6 +44,9 @@ class StubCalls:
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
         # (caller, call_id) -> keys of the caller's requests the call still serves
         self._serving: dict[tuple[int, int], set[int]] = {}
+        # (caller, call_id) -> the model and request of a streamed call, once queued;
+        # None: cancelled (ResponseIterator.cancel) before it was queued
+        self._streams: dict[tuple[int, int], tuple["Model", "PendingRequest"] | None] = {}
         self._handlers: dict[str, Callable[..., Awaitable[None]]] = {"bls": self._bls}
         self._control = control
         self._background: set[asyncio.Task] = set()
@@ -74,6 +78,17 @@ class StubCalls:
             asyncio.get_running_loop().call_soon(lambda: notice(caller, *args))
 
     def cancel(self, caller: "ModelInstance", call_id: int) -> None:
+        """CALL_CANCEL, `ResponseIterator.cancel()`: as in Triton, the callee is asked to
+        stop and the stream goes on until the callee's final flag."""
+        key = (id(caller), call_id)
+        stream = self._streams.get(key)
+        if stream is not None:
+            model, pending = stream
+            model.ask_to_cancel(pending)
+        elif key in self._tasks:  # not queued yet: asked as soon as it is
+            self._streams[key] = None
+
+    def _cancel_task(self, caller: "ModelInstance", call_id: int) -> None:
         task = self._tasks.get((id(caller), call_id))
         if task is not None:
             task.cancel()
@@ -85,7 +100,7 @@ class StubCalls:
             if owner == id(caller) and key in keys:
                 keys.discard(key)
                 if not keys:
-                    self.cancel(caller, call_id)
+                    self._cancel_task(caller, call_id)
 
     def release(self, token: int) -> None:
         held = self._held.pop(token, None)
@@ -99,6 +114,8 @@ class StubCalls:
         for (owner, _), task in list(self._tasks.items()):
             if owner == id(caller):
                 task.cancel()
+        for key in [k for k in self._streams if k[0] == id(caller)]:
+            del self._streams[key]  # a task cancelled before it ran has no `finally`
         self.custom_metrics.owner_gone(caller)
 
     # -- BLS --------------------------------------------------------------------------
@@ -115,19 +132,28 @@ class StubCalls:
             correlation_id=correlation_id, flags=flags, timeout_us=timeout)
         self_call = False
         try:
-            model = self._find_model(model_name, version)
+            model = self._ready_model(model_name, version, decoupled)
             self_call = caller in model.instances
             if self_call:
                 caller.self_calls += 1
                 self._check_deadlock(model)
             if decoupled:
-                async for response in model.stream_infer(request, descs=descs):
+                def queued(pending: "PendingRequest") -> None:
+                    key = (id(caller), call_id)
+                    cancelled = key in self._streams
+                    self._streams[key] = (model, pending)
+                    if cancelled:
+                        model.ask_to_cancel(pending)
+
+                async for response in model.stream_infer(request, descs=descs,
+                                                         on_submit=queued):
                     caller.reply_item(call_id, self._answer(caller, response), response.final)
             else:
                 response = await model.infer(request, descs=descs)
                 caller.reply(call_id, None, self._answer(caller, response))
-        except ServerError as err:
-            answer = (((int(err.code), err.message), (), "{}"), NO_TOKEN)
+        except ServerError as err:  # before the callee got the request: Triton's words
+            answer = (((int(ErrorCode.INTERNAL), f"Model {model_name} - Error when running "
+                        f"inference: {err.message}"), (), "{}"), NO_TOKEN)
             if decoupled:
                 caller.reply_item(call_id, answer, True)
             else:
@@ -142,8 +168,26 @@ class StubCalls:
             raise
         finally:
             self._serving.pop((id(caller), call_id), None)
+            self._streams.pop((id(caller), call_id), None)
             if self_call:
                 caller.self_calls -= 1
+
+    def _ready_model(self, name: str, version: str, decoupled: bool) -> "Model":
+        """The model a BLS call goes to, refused as Triton refuses it."""
+        try:  # a loaded model whose stub restarts takes the call: it waits for the stub
+            model = self._find_model(name, version)
+        except ServerError:
+            model = None
+        if model is None:
+            raise ServerError(ErrorCode.INTERNAL, "Failed for execute the inference request. "
+                              f"Model '{name}' is not ready.")
+        if model.decoupled and not decoupled:
+            raise ServerError(ErrorCode.INVALID_ARG, (
+                f"Model {name} is using the decoupled. The current BLS request call doesn't "
+                "support models using the decoupled transaction policy. Please use "
+                "'decoupled=True' argument to the 'exec' or 'async_exec' calls for "
+                "decoupled models.'"))
+        return model
 
     def _answer(self, caller: "ModelInstance", response: InferResponse) -> tuple:
         if response.error is not None:
@@ -222,5 +266,5 @@ class StubCalls:
         if not task.cancelled() and task.exception() is not None:
             log.error("unload requested by a model failed: %s", task.exception())
 
-    def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
-        return self._manager().model_ready(name, version)
+    async def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
+        return await self._manager().model_ready(name, version)

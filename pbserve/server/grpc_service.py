@@ -101,12 +101,15 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     async def ServerReady(self, request: pb.ServerReadyRequest,
                           context: grpc.aio.ServicerContext) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self._core.is_ready())
+        return pb.ServerReadyResponse(ready=await self._core.is_ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelReadyResponse:
-        return await self._answer(context, "ModelReady", lambda: pb.ModelReadyResponse(
-            ready=self._core.model_ready(request.name, model_version(request.version))))
+        try:
+            ready = await self._core.model_ready(request.name, model_version(request.version))
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await abort(context, exc, "ModelReady")
+        return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest,
                              context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:

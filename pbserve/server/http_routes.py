@@ -75,7 +75,7 @@ class Routes:
         if len(parts) == 2:
             return self._get(request, self._core.server_metadata)
         if parts[2] == "health" and len(parts) == 4 and parts[3] in ("live", "ready"):
-            return self._health(request, parts[3])
+            return await self._health(request, parts[3])
         if parts[2] == "repository":
             return await http_repository.handle(self._core, request, parts[3:])
         if parts[2] == http_shm.SYSTEM or parts[2] == http_shm.CUDA:
@@ -109,7 +109,7 @@ class Routes:
         if kind == "":
             return json_reply(core.model_metadata(name, version))
         if kind == "ready":
-            if core.model_ready(name, version):
+            if await core.model_ready(name, version):
                 return _OK
             return message_reply(400, "Model version not ready")
         if kind == "config":
@@ -125,8 +125,8 @@ class Routes:
             return method_not_allowed()
         return json_reply(produce())
 
-    def _health(self, request: HttpRequest, kind: str) -> HttpReply:
+    async def _health(self, request: HttpRequest, kind: str) -> HttpReply:
         if request.method != GET:
             return method_not_allowed()
-        ok = self._core.is_live() if kind == "live" else self._core.is_ready()
+        ok = self._core.is_live() if kind == "live" else await self._core.is_ready()
         return _OK if ok else HttpReply(400, (), content_type=None)
