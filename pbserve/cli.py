@@ -96,6 +96,7 @@ async def serve(args: argparse.Namespace) -> int:
         await stop.wait()
         log.info("Signal received: shutting down")
     finally:
+        manager.begin_stop()
         for server in servers:
             await server.close()
         try:

@@ -75,9 +75,11 @@ class RunningServer:
         return "; log ends:\n" + self.log_path.read_text(errors="replace")[-3000:]
 
     def log_text(self) -> str:
+        """The server's log so far (all of it once stopped)."""
         if self.log_path is None:
             return ""
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def http_client(self, **kwargs):

@@ -4,9 +4,12 @@ by the parent."""
 from __future__ import annotations
 
 import argparse
-import signal
 
-from stub.stub import Stub
+from stub.signals import ignore_shutdown_signals
+
+# First of all, before the imports of the model's world below: a SIGTERM or Ctrl-C sent to
+# the server's process group must not kill a stub, even one still starting (stub/signals.py).
+ignore_shutdown_signals()
 
 
 def main() -> None:
@@ -17,9 +20,8 @@ def main() -> None:
     parser.add_argument("--doorbell-fd", type=int, default=-1,
                         help="inherited eventfd to ring after each message to the parent")
     args = parser.parse_args()
-    # The parent drives shutdown: a Ctrl-C sent to the whole process group must not
-    # kill a model in the middle of a request.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from stub.stub import Stub
+
     Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd).run()
 
 

@@ -73,6 +73,7 @@ class ModelInstance:
         self._waiter: asyncio.Future | None = None
         self._frees: list[tuple[str, int]] = []
         self._flush_scheduled = False
+        self._retired = False  # unloading or shutting down: a dead stub is not replaced
         self._loop = asyncio.get_running_loop()
 
     def set_on_idle(self, on_idle: Callable[["ModelInstance"], None],
@@ -177,6 +178,11 @@ class ModelInstance:
         await self._discard_stub()
         self.state = InstanceState.STOPPED
 
+    def retire(self) -> None:
+        """The model is being unloaded (or the server stops): what runs goes on, but a
+        stub that dies from now on is not replaced, and a restart under way gives up."""
+        self._retired = True
+
     async def _discard_stub(self) -> None:
         stub, self._stub = self._stub, None
         if stub is not None:
@@ -198,8 +204,13 @@ class ModelInstance:
             return  # starting or stopping: the waiting coroutine deals with it
         message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "
                    f"while model '{self.model_name}' was running")
-        log.error("%s; restarting it", message)
         self._fail_inflight(message, ErrorCode.INTERNAL)
+        if self._retired:
+            log.error("%s; not restarted: the model is being unloaded or the server stops",
+                      message)
+            self.state = InstanceState.STOPPING  # `stop` finds the stub gone
+            return
+        log.error("%s; restarting it", message)
         self.state = InstanceState.RESTARTING
         self._loop.create_task(self._restart())
 
@@ -208,6 +219,8 @@ class ModelInstance:
         requests wait), until it works or the model is unloaded."""
         pause = RESTART_PAUSE_S
         while True:
+            if self._retired:
+                return  # shutting down: `stop` ends what is left
             await self._discard_stub()
             self.restarts += 1
             try:

@@ -111,8 +111,16 @@ class ModelManager:
             return list(scanned.models)
         return list(dict.fromkeys(self.startup_models))
 
+    def begin_stop(self) -> None:
+        """Shutdown has begun: requests in flight go on, but no stub that dies from now on
+        is restarted (a signal to the whole process group must not look like a crash)."""
+        for entry in self._entries.values():
+            for model in entry.versions.values():
+                model.retire()
+
     async def stop(self) -> None:
         """Unload every model (finalize runs), then remove the parent's shm."""
+        self.begin_stop()
         self._live = False
         if self._poller is not None:
             await self._poller.stop()

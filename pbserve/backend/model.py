@@ -130,8 +130,14 @@ class Model:
             return SequenceBatcher(cfg, self.add_control_tensor)
         return Scheduler(cfg)
 
+    def retire(self) -> None:
+        """Unloading or shutting down: no instance is restarted from now on."""
+        for instance in self.instances:
+            instance.retire()
+
     async def unload(self) -> None:
         """Fail what is queued, finalize every instance (their in-flight work first)."""
+        self.retire()
         if self.scheduler is not None:
             for pending in self.scheduler.drain():
                 pending.deliver(self._error(pending, ServerError(
