@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from stub.parent_death import die_with_parent
 from stub.signals import ignore_shutdown_signals
 
 # First of all, before the imports of the model's world below: a SIGTERM or Ctrl-C sent to
@@ -20,6 +21,7 @@ def main() -> None:
     parser.add_argument("--doorbell-fd", type=int, default=-1,
                         help="inherited eventfd to ring after each message to the parent")
     args = parser.parse_args()
+    die_with_parent(args.parent_pid)
     from stub.stub import Stub
 
     Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd).run()
