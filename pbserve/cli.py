@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
+from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
 
@@ -49,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-warning", type=_bool, default=True)
     add("--log-error", type=_bool, default=True)
     add("--exit-timeout-secs", type=int, default=30)
+    add("--restart-wait-secs", type=float, default=RESTART_WAIT_S,
+        help="pbserve: how long requests queued for a model whose every instance is down "
+             "(its stub died, restarts fail) wait for one to come back before they fail "
+             "with UNAVAILABLE; new requests are then refused until one is back")
     add("--strict-readiness", type=_bool, default=True)
     add("--backend-config", action="append", default=[],
         help="<backend>,<setting>=<value>: python,default-max-batch-size=N is used; "
@@ -73,7 +78,8 @@ async def serve(args: argparse.Namespace) -> int:
                            auto_complete=not args.disable_auto_complete_config,
                            config_sources=ConfigSources.from_files(
                                args.model_config_defaults, args.backend_config),
-                           poll_secs=args.repository_poll_secs)
+                           poll_secs=args.repository_poll_secs,
+                           restart_wait_s=args.restart_wait_secs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -47,7 +47,11 @@ class ModelInstance:
                  on_idle: Callable[["ModelInstance"], None],
                  on_batch_done: Callable[[list[PendingRequest]], None],
                  model_log: logging.Logger, calls: "StubCalls",
-                 python: str | None = None, refs: BlockRefs | None = None) -> None:
+                 python: str | None = None, refs: BlockRefs | None = None,
+                 on_down: Callable[["ModelInstance", str, bool], None] | None = None,
+                 on_up: Callable[["ModelInstance"], None] | None = None) -> None:
+        """`on_down(self, cause, restart_failed)`: the stub died, or starting a new one
+        failed; `on_up(self)`: a restarted stub is ready."""
         self.model_name = model_name
         self.model_version = model_version
         self.name = name
@@ -65,6 +69,8 @@ class ModelInstance:
         self._on_idle = on_idle
         self._on_reschedule: Callable[[PendingRequest], None] | None = None
         self._on_batch_done = on_batch_done
+        self._on_down = on_down or (lambda instance, cause, restart_failed: None)
+        self._on_up = on_up or (lambda instance: None)
         self._model_log = model_log
         self._stub: StubProcess | None = None
         self._inflight: dict[int, PendingRequest] = {}
@@ -212,11 +218,14 @@ class ModelInstance:
             return
         log.error("%s; restarting it", message)
         self.state = InstanceState.RESTARTING
+        self._on_down(self, message, False)
         self._loop.create_task(self._restart())
 
     async def _restart(self) -> None:
-        """Start a new stub; if that fails, try again with a growing pause (queued
-        requests wait), until it works or the model is unloaded."""
+        """Start a new stub; if that fails, whatever the cause (initialize raised, the
+        interpreter is gone, no file descriptors left), try again with a growing pause,
+        until it works or the model is unloaded. Queued requests wait (bounded by the
+        model's outage.py)."""
         pause = RESTART_PAUSE_S
         while True:
             if self._retired:
@@ -226,14 +235,22 @@ class ModelInstance:
             try:
                 await self.start()
                 break
-            except ServerError as err:
+            except Exception as err:  # noqa: BLE001 - every failure is tried again
+                cause = err.message if isinstance(err, ServerError) else \
+                    f"{type(err).__name__}: {err}"
+                if self._retired:
+                    return
                 log.error("restart of '%s' failed: %s; trying again in %.1f s", self.name,
-                          err.message, pause)
-            self.state = InstanceState.RESTARTING
+                          cause, pause)
+                self.state = InstanceState.RESTARTING
+                self._on_down(self, cause, True)
             await asyncio.sleep(pause)
             if self.state is not InstanceState.RESTARTING:
                 return  # unloaded meanwhile
             pause = min(pause * 2, RESTART_PAUSE_MAX_S)
+        log.info("model instance '%s' of model '%s' is running again", self.name,
+                 self.model_name)
+        self._on_up(self)
         self._on_idle(self)
 
     def _fail_inflight(self, message: str, code: ErrorCode) -> None:

@@ -23,6 +23,7 @@ from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.file_override import (
     remove_override, sweep_dead_overrides, write_override)
 from pbserve.backend.gpus import visible_gpus
+from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import (
     check_model_name, find_model, scan_repositories, served_versions)
@@ -65,8 +66,10 @@ class ModelEntry:
 class ModelManager:
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
-                 config_sources: ConfigSources | None = None, poll_secs: float = 15.0
-                 ) -> None:
+                 config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
+                 restart_wait_s: float = RESTART_WAIT_S) -> None:
+        """`restart_wait_s`: how long requests wait for a model none of whose instances
+        can run (outage.py)."""
         if control_mode not in ("none", "explicit", "poll"):
             raise invalid_arg(f"unsupported model control mode '{control_mode}'")
         self.repositories = [Path(r).resolve() for r in repositories]
@@ -74,6 +77,7 @@ class ModelManager:
         self.startup_models = list(startup_models or [])
         self.auto_complete = auto_complete
         self.config_sources = config_sources or ConfigSources()
+        self.restart_wait_s = restart_wait_s
         self._poller = RepositoryPoller(
             self.repositories, poll_secs, self._poll_load, self._poll_unload,
             lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint}
@@ -308,7 +312,7 @@ class ModelManager:
         loaded: dict[str, Model] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
-                          self._calls)
+                          self._calls, self.restart_wait_s)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

@@ -15,6 +15,7 @@ from pbserve.backend.instance import InstanceState, ModelInstance
 from pbserve.backend.metrics import ModelStats
 from pbserve.backend.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
+from pbserve.backend.outage import RESTART_WAIT_S, Outage
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduler import Scheduler
 from pbserve.backend.sequence_batcher import SequenceBatcher
@@ -33,7 +34,8 @@ _keys = itertools.count(1)
 
 class Model:
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
-                 refs: BlockRefs, regions: RegionMap, calls: StubCalls) -> None:
+                 refs: BlockRefs, regions: RegionMap, calls: StubCalls,
+                 restart_wait_s: float = RESTART_WAIT_S) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -49,12 +51,15 @@ class Model:
         self._log = logging.getLogger(f"pbserve.model.{name}")
         self.scheduler: Scheduler | SequenceBatcher | None = None
         self.instances: list[ModelInstance] = []
+        self._outage = Outage(name, restart_wait_s, self._fail_queued)
 
     @property
     def model_path(self) -> Path:
         return self.model_dir / self.version / (self.cfg.default_model_filename or "model.py")
 
     def is_ready(self) -> bool:
+        if self._outage.error is not None:
+            return False
         return bool(self.instances) and all(
             i.state in (InstanceState.READY, InstanceState.RESTARTING) for i in self.instances)
 
@@ -106,7 +111,8 @@ class Model:
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
                     model_log=self._log, calls=self._calls, python=self._python,
-                    refs=self._refs))
+                    refs=self._refs, on_down=self._instance_down,
+                    on_up=self._instance_up))
         self.scheduler.instances = self.instances
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
@@ -135,9 +141,28 @@ class Model:
         for instance in self.instances:
             instance.retire()
 
+    def _instance_down(self, instance: ModelInstance, cause: str, restart_failed: bool
+                       ) -> None:
+        """An instance's stub died, or a restart of it failed: with no instance left to
+        run, queued requests wait for one only so long (outage.py)."""
+        if restart_failed:
+            self.stats.restart_failures += 1
+        if not any(i.state is InstanceState.READY for i in self.instances):
+            self._outage.begin(cause)
+
+    def _instance_up(self, instance: ModelInstance) -> None:
+        self._outage.end()
+
+    def _fail_queued(self, error: ServerError) -> None:
+        """The outage lasted too long: what is queued gets `error`."""
+        if self.scheduler is not None:
+            for pending in self.scheduler.take_queued():
+                pending.deliver(self._error(pending, error))
+
     async def unload(self) -> None:
         """Fail what is queued, finalize every instance (their in-flight work first)."""
         self.retire()
+        self._outage.end()
         if self.scheduler is not None:
             for pending in self.scheduler.drain():
                 pending.deliver(self._error(pending, ServerError(
@@ -208,6 +233,8 @@ class Model:
                 ) -> PendingRequest:
         """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
         shm (a BLS call's, in the caller's pool): they are passed on, not copied."""
+        if self._outage.error is not None:
+            raise self._outage.error
         batch_size = self._validator.validate(request)
         if descs is None:
             descs, blocks = self._copy_inputs(request, batch_size)
