@@ -54,7 +54,7 @@ class InferenceRequest:
         "_inputs", "_request_id", "_correlation_id", "_requested_output_names",
         "_model_name", "_model_version", "_flags", "_timeout", "_preferred_memory",
         "_trace", "_parameters", "_key", "_is_incoming", "_release_flags",
-        "_cancelled", "_sender", "__weakref__",
+        "_cancelled", "_sender", "_output_shm", "__weakref__",
     )
 
     def __init__(
@@ -146,6 +146,7 @@ class InferenceRequest:
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._cancelled = False
         self._sender: InferenceResponseSender | None = None
+        self._output_shm: dict | None = None
 
     @classmethod
     def _incoming(
@@ -162,8 +163,10 @@ class InferenceRequest:
         model_version: int,
         key: Any,
         trace: InferenceTrace | None = None,
+        output_shm: dict | None = None,
     ) -> InferenceRequest:
         """A request the server sent to this model; `key` is the runtime's handle for it.
+        `output_shm`: where the server wants outputs written (the runtime's business).
 
         No validation: the server already checked everything.
         """
@@ -184,6 +187,7 @@ class InferenceRequest:
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         request._cancelled = False
         request._sender = None
+        request._output_shm = output_shm
         return request
 
     # -- Triton's accessors ------------------------------------------------------------

@@ -244,7 +244,7 @@ def direct_hop(repo: Path, seconds: float, stub_cpu: int | None, floor: PingPong
             block = pool.alloc(small.nbytes)
             np.frombuffer(pool.view(block), np.float32)[:] = small
             desc = ("INPUT0", "FP32", (16,), block.region, block.offset, small.nbytes)
-            request = (1, "", 0, 0, "{}", 0, None, (desc,), False)  # stub/protocol.py
+            request = (1, "", 0, 0, "{}", 0, None, (desc,), False, None)  # stub/protocol.py
             main_q.put(p.encode((p.EXECUTE, 1, (request,), tuple(frees))))
             frees.clear()
             reply = p.decode(up_q.get(10))

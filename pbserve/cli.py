@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--allow-http", type=_bool, default=True)
     add("--allow-grpc", type=_bool, default=True)
     add("--allow-metrics", type=_bool, default=True)
+    add("--allow-client-shm", type=_bool, default=True,
+        help="let clients register and use shared-memory regions (Triton's system shared "
+             "memory extension); false refuses them as Triton does")
     add("--model-control-mode", choices=["none", "explicit", "poll"], default="none")
     add("--repository-poll-secs", type=float, default=15.0,
         help="poll mode: seconds between two looks at the repositories")
@@ -79,6 +82,7 @@ async def serve(args: argparse.Namespace) -> int:
                            config_sources=ConfigSources.from_files(
                                args.model_config_defaults, args.backend_config),
                            poll_secs=args.repository_poll_secs,
+                           allow_client_shm=args.allow_client_shm,
                            restart_wait_s=args.restart_wait_secs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
+from shm.client_region import ClientWindow, is_client_token
 from shm.region import Region, ShmExhausted
 
 MIB = 1 << 20
@@ -138,10 +139,11 @@ class Pool:
 
 
 class RegionMap:
-    """Regions of other processes, attached on first use and cached by name."""
+    """Regions of other processes, attached on first use and cached by name. A client's
+    window (shm/client_region.py) is mapped from its token the same way."""
 
     def __init__(self) -> None:
-        self._regions: dict[str, Region] = {}
+        self._regions: dict[str, Region | ClientWindow] = {}
         self._lock = threading.Lock()
 
     def view(self, region: str, offset: int, nbytes: int) -> memoryview:
@@ -150,14 +152,21 @@ class RegionMap:
             with self._lock:
                 mapped = self._regions.get(region)
                 if mapped is None:
-                    mapped = Region.attach(region)
+                    mapped = ClientWindow.open_token(region) if is_client_token(region) \
+                        else Region.attach(region)
                     self._regions[region] = mapped
         if offset < 0 or nbytes < 0 or offset + nbytes > mapped.size:
             raise ValueError(f"shm block {region}@{offset}+{nbytes} lies outside the region")
         return mapped.view(offset, nbytes)
 
+    def add(self, window: ClientWindow) -> None:
+        """A window this process already mapped (the parent's, at registration)."""
+        with self._lock:
+            self._regions[window.name] = window
+
     def forget(self, prefix: str) -> None:
-        """Drop the mappings of regions whose name starts with `prefix` (a dead stub's)."""
+        """Drop the mappings of regions whose name starts with `prefix` (a dead stub's,
+        or an unregistered client window's token)."""
         with self._lock:
             for name in [n for n in self._regions if n.startswith(prefix)]:
                 self._regions.pop(name).close()

@@ -72,8 +72,12 @@ class MessageQueue:
     def max_message(self) -> int:
         return self._ring_size - _LEN.size
 
-    def put(self, message: bytes, timeout: float | None = None) -> None:
-        """Append `message`; wait for room up to `timeout` s (None: forever)."""
+    def put(self, message: bytes, timeout: float | None = None) -> bool:
+        """Append `message`; wait for room up to `timeout` s (None: forever). True when
+        it is the only message waiting: the queue was empty, so a consumer that sleeps
+        until told (shm/doorbell.py) must be told. False when an earlier one is still
+        unread: the consumer's pass that takes it reads this one too (it reads until
+        the queue is empty), so no wake-up is lost by not ringing."""
         length = len(message)
         need = (length + _SLOT_ROUND) // SLOT
         if need > self._nslots:
@@ -100,6 +104,8 @@ class MessageQueue:
             head = self._head + need
             self._head = head if head < self._nslots else head - self._nslots
             self._items.release()
+            # Under the lock: two threads putting at once must not both see the other's.
+            return not _PEEK or self._items.value <= 1
 
     def get(self, timeout: float | None = None) -> bytes | None:
         """The next message, or None when none came within `timeout` s (0: don't wait)."""
@@ -129,6 +135,11 @@ class MessageQueue:
         for _ in range(need):
             release()
         return message
+
+    def pending(self) -> bool:
+        """Whether a message waits (no syscall: sem_getvalue reads the semaphore's word);
+        what a bounded spin polls before the consumer blocks."""
+        return self._items.value > 0
 
     def _reserve(self, need: int, timeout: float | None) -> None:
         """Take `need` slots of room, all within `timeout` (or none: QueueFull)."""

@@ -16,6 +16,9 @@ Ownership of shm blocks, by message kind:
   request is complete (final response, error or stub death).
 - RESPONSES / SEND: output blocks belong to the stub's pool; the parent hands them back
   in the `frees` field of a later EXECUTE or a RELEASE once the frontend has sent them.
+  An output written into a client's region (a window token) belongs to the client.
+- EXECUTE inputs and outputs in client regions (window tokens): the parent holds the
+  region until the request completes, then may send FORGET_REGION.
 - CALL "bls": input blocks belong to the calling stub, which frees them when the call
   has its (final) answer. The answer's output blocks belong to the target stub; the
   parent holds them under a token until the caller sends BLS_RELEASE for it.
@@ -36,6 +39,8 @@ REPLY = 7         # control queue: (REPLY, call_id, error: str | None, value)
 STREAM_ITEM = 8   # control queue: (STREAM_ITEM, call_id, value, final: bool)
 SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reason: str)
 #   the model's optional `sequence_terminated(correlation_id, reason)`; no answer
+FORGET_REGION = 10  # control queue: (FORGET_REGION, token): a client region was
+#   unregistered; unmap the window of that token (shm/client_region.py) if mapped
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
@@ -56,9 +61,12 @@ NOTIFY = 112      # (NOTIFY, op, args): a CALL that wants no answer (metric dele
 
 # RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
 #               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc],
-#               lendable: bool)  lendable: the input blocks are this request's own copies
+#               lendable: bool, output_shm: dict[str, (token, offset, byte_size)] | None)
+#               lendable: the input blocks are this request's own copies
 #               in the parent's pool and its model answers once: an output may name one
 #               (stub/borrowed.py), and the parent then frees it with the response.
+#               output_shm: outputs to write into client regions (the client's memory:
+#               the response names them there and nobody frees them).
 # ResponseMsg = (error: (code, message) | None, outputs: tuple[TensorDesc], parameters_json)
 
 

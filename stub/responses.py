@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from backend_utils.error import TritonError
 from backend_utils.response import InferenceResponse
-from shm.pool import Pool
+from shm.pool import Pool, RegionMap
 from stub.borrowed import BorrowedBlocks
-from stub.tensors import output_desc
+from stub.tensors import output_desc, output_into_region, output_nbytes
 
 
 class ExecuteReturnError(Exception):
@@ -15,9 +16,11 @@ class ExecuteReturnError(Exception):
 
 
 def response_msg(response: InferenceResponse, requested: Collection[str], pool: Pool,
-                 borrowed: BorrowedBlocks | None = None) -> tuple:
+                 borrowed: BorrowedBlocks | None = None, output_shm: dict | None = None,
+                 regions: RegionMap | None = None) -> tuple:
     """(error, outputs, parameters_json); outputs pruned to the `requested` names (all
-    when it is empty). `requested` is only searched, so the request's own set will do."""
+    when it is empty). `requested` is only searched, so the request's own set will do.
+    Outputs named in `output_shm` go straight into the client's regions (`regions`)."""
     if not isinstance(response, InferenceResponse):
         raise ExecuteReturnError(
             f"Expected an 'InferenceResponse' object in the execute function return list, "
@@ -25,8 +28,34 @@ def response_msg(response: InferenceResponse, requested: Collection[str], pool: 
     error = response.error()
     if error is not None:
         return ((int(error.code()), error.message()), (), response.parameters())
+    if output_shm:
+        return _with_client_regions(response, requested, pool, borrowed, output_shm,
+                                    regions)
     outputs = tuple([output_desc(t, pool, borrowed) for t in response.output_tensors()
                      if not requested or t.name() in requested])
+    return (None, outputs, response.parameters())
+
+
+def _with_client_regions(response: InferenceResponse, requested: Collection[str], pool: Pool,
+                         borrowed: BorrowedBlocks | None, output_shm: dict,
+                         regions: RegionMap | None) -> tuple:
+    """As Triton's response allocator: an output larger than its region makes the
+    response an error (checked for every output before anything is written)."""
+    assert regions is not None
+    tensors = [t for t in response.output_tensors() if not requested or t.name() in requested]
+    for tensor in tensors:
+        destination = output_shm.get(tensor.name())
+        if destination is not None and output_nbytes(tensor) > destination[2]:
+            return ((int(TritonError.INTERNAL), (
+                f"shared memory size specified with the request for output "
+                f"'{tensor.name()}' ({destination[2]} bytes) should be at least "
+                f"{output_nbytes(tensor)} bytes to hold the results")), (),
+                response.parameters())
+    # The client's regions first: if one cannot be written, no pool block is taken yet.
+    written = {t.name(): output_into_region(t, output_shm[t.name()], regions)
+               for t in tensors if t.name() in output_shm}
+    outputs = tuple([written.get(t.name()) or output_desc(t, pool, borrowed)
+                     for t in tensors])
     return (None, outputs, response.parameters())
 
 

@@ -39,7 +39,7 @@ class StubRuntime:
         msg = None
         if response is not None:
             msg = response_msg(response, request._requested_output_names, self._stub.pool,
-                               self._stub.borrowed)
+                               self._stub.borrowed, request._output_shm, self._stub.regions)
         self._stub.send((p.SEND, key, msg, int(flags)))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._stub.request_closed(key)
@@ -78,6 +78,13 @@ class StubRuntime:
         with self._lock:
             self._cancelled.discard(key)
             self._coroutines.pop(key, None)
+
+    def all_cancelled(self, keys: list[int]) -> bool:
+        """Whether every one of these requests was cancelled (before they started)."""
+        if not self._cancelled:
+            return False  # the common case, without the lock
+        with self._lock:
+            return all(key in self._cancelled for key in keys)
 
     def is_cancelled(self, request: "InferenceRequest") -> bool:
         """The parent pushes cancellations to the stub, so asking costs no round trip."""

@@ -65,6 +65,7 @@ class Stub:
         self.module = None
         self.runtime: StubRuntime | None = None
         self.decoupled = False
+        self.model_name = ""
         self.cancel_coroutines = False
         self.async_loop = AsyncLoopThread(self.log_error)
         self.calls = Calls(self.send)
@@ -76,8 +77,8 @@ class Stub:
 
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
-        self.up_q.put(p.encode(message))
-        if self.doorbell_fd >= 0:
+        first = self.up_q.put(p.encode(message))
+        if first and self.doorbell_fd >= 0:  # else the parent has yet to read the last
             ring(self.doorbell_fd)
 
     def log_error(self, text: str) -> None:
@@ -137,6 +138,8 @@ class Stub:
                 self._free(message[1])
             elif kind == p.CANCEL and self.runtime is not None:
                 self.runtime.mark_cancelled(message[1])
+            elif kind == p.FORGET_REGION:
+                self.regions.forget(message[1])
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:
@@ -180,6 +183,7 @@ class Stub:
     def on_init(self, args: dict, model_path: str, decoupled: bool) -> None:
         try:
             self.decoupled = decoupled
+            self.model_name = args.get("model_name", "")
             parameters = json.loads(args.get("model_config") or "{}").get("parameters", {})
             self.cancel_coroutines = parameters.get(CANCEL_COROUTINES, {}).get(
                 "string_value", "").lower() in ("true", "yes", "1", "on")
@@ -197,8 +201,19 @@ class Stub:
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
             self._free(frees)
+        if not self.decoupled and self.runtime.all_cancelled([r[0] for r in requests]):
+            self._drop_cancelled(batch_id, requests)
+            return
         lent: list[int] = []  # inputs that may be answered as they are, during this call
-        built = [self._request(r, lent) for r in requests]
+        try:
+            built = [self._request(r, lent) for r in requests]
+        except Exception as exc:  # noqa: BLE001 - e.g. a client's region it cannot map
+            for pointer in lent:
+                self.borrowed.unregister(pointer)
+            for msg in requests:
+                self.request_closed(msg[0])
+            self._batch_failed(batch_id, exc)
+            return
         keys = tuple([r._key for r in built])
         context = CURRENT_KEYS.set(keys)
         try:
@@ -220,18 +235,13 @@ class Stub:
                 return
             msgs = tuple([(req._key, None if resp is None else
                            response_msg(resp, req._requested_output_names, self.pool,
-                                        self.borrowed))
+                                        self.borrowed, req._output_shm, self.regions))
                           for req, resp in zip(built, responses)])
         except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
-            error = (f"Failed to process the request(s) for model '{self.instance_name}', "
-                     f"message: {_describe(exc)}")
-            self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
             for req in built:  # as Triton: the batch is over, its senders are closed
                 req.get_response_sender()._close()
                 self.request_closed(req._key)
-            kind = p.BATCH_DONE if self.decoupled else p.RESPONSES
-            self.send((kind, batch_id, error, ()) if self.decoupled
-                      else (kind, batch_id, error, (), ()))
+            self._batch_failed(batch_id, exc)
             return
         finally:
             CURRENT_KEYS.reset(context)
@@ -242,9 +252,28 @@ class Stub:
             if resp is not None:
                 self.request_closed(req._key)
 
+    def _drop_cancelled(self, batch_id: int, requests: tuple) -> None:
+        """A batch that waited in this stub's queue and whose every request was cancelled
+        meanwhile is answered without `execute`, as Triton drops a cancelled request
+        before it runs."""
+        error = (int(TritonError.CANCELLED), f"request for model '{self.model_name}' "
+                                             f"was cancelled")
+        self.send((p.RESPONSES, batch_id, None,
+                   tuple([(r[0], (error, (), "{}")) for r in requests]), ()))
+        for r in requests:
+            self.request_closed(r[0])
+
+    def _batch_failed(self, batch_id: int, exc: BaseException) -> None:
+        """Every request of the batch gets the error (logged with its traceback)."""
+        error = (f"Failed to process the request(s) for model '{self.instance_name}', "
+                 f"message: {_describe(exc)}")
+        self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
+        self.send((p.BATCH_DONE, batch_id, error, ()) if self.decoupled
+                  else (p.RESPONSES, batch_id, error, (), ()))
+
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
-        key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable \
-            = msg
+        key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \
+            output_shm = msg
         if self.decoupled:  # only `_abort` asks, for a decoupled coroutine that raised
             with self._open_lock:
                 self._open.add(key)
@@ -253,7 +282,7 @@ class Stub:
             inputs=input_tensors(inputs, self.regions, lend_to, lent), request_id=request_id,
             correlation_id=correlation_id, flags=flags, parameters_json=params,
             timeout=timeout, requested_output_names=requested or (),
-            model_name="", model_version=-1, key=key)
+            model_name="", model_version=-1, key=key, output_shm=output_shm)
 
     def _abort(self, requests: list[InferenceRequest], exc: BaseException) -> None:
         """A decoupled coroutine raised (or was cancelled): close the requests it left open

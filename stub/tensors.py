@@ -56,6 +56,32 @@ def output_desc(tensor: Tensor, pool: Pool, borrowed: BorrowedBlocks | None = No
     return (tensor.name(), datatype, shape, block.region, block.offset, block.nbytes)
 
 
+def output_nbytes(tensor: Tensor) -> int:
+    """The size of an output's bytes in Triton's layout (BYTES serialized once)."""
+    if tensor._gpu is not None:
+        return tensor._gpu[0].nbytes
+    return tensor._raw_bytes().nbytes
+
+
+def output_into_region(tensor: Tensor, destination: tuple[str, int, int],
+                       regions: RegionMap) -> tuple:
+    """Write one output straight into the client's region (one copy, from the model's
+    array); its descriptor names the window. The caller checked that it fits."""
+    token, offset, _ = destination
+    array = tensor._array
+    shape = array.shape if array is not None else tuple(int(d) for d in tensor.shape())
+    nbytes = output_nbytes(tensor)
+    if nbytes:
+        target = regions.view(token, offset, nbytes)
+        if array is None:
+            info = tensor._gpu[0]
+            address = np.frombuffer(target, np.uint8).ctypes.data
+            copy_to_host(address, info.data_ptr, nbytes, info.device_id)
+        else:
+            target[:] = tensor._raw_bytes()
+    return (tensor.name(), tensor._triton_datatype_name(), shape, token, offset, nbytes)
+
+
 def _store_from_gpu(tensor: Tensor, pool: Pool) -> Block:
     """A block holding a copy of a GPU tensor's bytes, copied from the device straight
     into the mapping (stub/cuda_copy.py); the block is freed if the copy fails."""

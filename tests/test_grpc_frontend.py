@@ -28,9 +28,11 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client_inputs import grpc_input as g_in
+from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server.grpc_server import start_grpc_server
+from shm.pool import RegionMap
 
 TIMEOUT_S = 10.0
 
@@ -59,6 +61,7 @@ class FakeCore:
         self.unloads: list[tuple] = []
         self.endless_closed = threading.Event()
         self.endless_started = threading.Event()
+        self.shared_memory = SharedMemoryManager(RegionMap(), lambda token: None)
 
     # health, metadata, repository
     def is_live(self) -> bool:
@@ -466,8 +469,13 @@ def test_statistics_and_shared_memory_answers(client):
     assert stats["model_stats"][0]["name"] == "identity"
     assert client.get_system_shared_memory_status(as_json=True) == {}
     client.unregister_system_shared_memory()
-    err = expect_error(lambda: client.register_system_shared_memory("r", "/k", 64))
-    assert err.status() == "StatusCode.UNIMPLEMENTED"
+    err = expect_error(lambda: client.register_system_shared_memory("r", "/pbserve_no_such_key", 64))
+    assert err.status() == "StatusCode.INTERNAL"
+    assert err.message() == "Unable to open shared memory region: '/pbserve_no_such_key'"
+    assert client.get_cuda_shared_memory_status(as_json=True) == {}
+    err = expect_error(lambda: client.register_cuda_shared_memory("c", b"\0" * 64, 0, 64))
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert err.message() == "failed to register CUDA shared memory region: 'c', GPUs not supported"
 
 
 # --- streaming -------------------------------------------------------------------------

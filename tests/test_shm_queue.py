@@ -413,6 +413,49 @@ def test_get_on_a_closed_queue_raises_queue_closed(make_queue):
         queue.get(timeout=0)
 
 
+def test_put_says_whether_the_consumer_must_be_woken(make_queue):
+    """True only for a message that found the queue empty (shm/doorbell.py rings then)."""
+    q = make_queue(1 << 16)
+    assert q.put(b"a") is True
+    assert q.put(b"b") is False  # "a" unread: the pass that reads it reads "b" too
+    assert q.get(0) == b"a"
+    assert q.put(b"c") is False  # "b" still unread
+    assert q.get(0) == b"b" and q.get(0) == b"c"
+    assert q.put(b"d") is True
+
+
+def test_a_consumer_woken_only_when_told_reads_every_message(make_queue):
+    """Four threads put while a consumer sleeps until a put says "wake" and then reads
+    until the queue is empty: nothing is left unread (no lost wake-up)."""
+    q = make_queue(1 << 16)
+    bell = threading.Semaphore(0)
+    per_thread, threads = 2000, 4
+    received: list[bytes] = []
+
+    def produce(tag: int) -> None:
+        for i in range(per_thread):
+            if q.put(b"%d-%d" % (tag, i)):
+                bell.release()
+
+    def consume() -> None:
+        while len(received) < per_thread * threads:
+            if not bell.acquire(timeout=10):
+                return  # a lost wake-up: the assertion below reports it
+            while (raw := q.get(0)) is not None:
+                received.append(raw)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    producers = [threading.Thread(target=produce, args=(t,)) for t in range(threads)]
+    for t in producers:
+        t.start()
+    for t in producers:
+        t.join()
+    consumer.join(30)
+    assert len(received) == per_thread * threads
+    assert len(set(received)) == per_thread * threads
+
+
 SIGNALLED = r"""
 import signal, sys, threading, time
 from shm.queue import MessageQueue

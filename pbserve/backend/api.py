@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Protocol
 
+from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse
 
 
 class InferenceCore(Protocol):
+    # The regions clients registered (Triton's shared-memory extensions); an infer
+    # request naming one (`uses_shm`) has them resolved by the core.
+    shared_memory: SharedMemoryManager
+
     def is_live(self) -> bool: ...
 
     def is_ready(self) -> bool:

@@ -13,8 +13,9 @@ from pbserve.backend.block_refs import BlockRefs
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
-from pbserve.backend.types import InferResponse, TensorData
+from pbserve.backend.types import InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal
+from shm.client_region import is_client_token
 from shm.pool import RegionMap
 from stub import protocol as p
 
@@ -25,6 +26,13 @@ FINALIZE_TIMEOUT_S = 30.0  # `finalize` of the model, then the process is killed
 RELEASE_DELAY_S = 0.005
 RESTART_PAUSE_S = 0.5  # after a failed restart; doubles up to the max
 RESTART_PAUSE_MAX_S = 30.0
+# The parent waits this long at most, spinning, for the reply of a request it sent to an
+# idle server (ModelInstance.await_reply_briefly); longer hops are left to the doorbell.
+REPLY_SPIN_NS = 150_000
+_HOP_WEIGHT = 8  # the hop estimate follows 1/8 of each new figure
+# A second batch waits in the stub's queue only behind batches shorter than this
+# (ModelInstance.can_queue_another).
+QUEUE_AHEAD_MAX_HOP_NS = 1_000_000
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
@@ -39,6 +47,17 @@ class InstanceState(enum.Enum):
     STOPPED = "STOPPED"
 
 
+class RunningInstances:
+    """How many instances of one server are running a batch (touched only on its event
+    loop). The parent spins for a reply only while this is one: the spin then delays
+    nobody else's answer."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class ModelInstance:
     """Runs batches on one stub. `on_idle(self)` is called whenever it can take the next."""
 
@@ -48,6 +67,7 @@ class ModelInstance:
                  on_batch_done: Callable[[list[PendingRequest]], None],
                  model_log: logging.Logger, calls: "StubCalls",
                  python: str | None = None, refs: BlockRefs | None = None,
+                 running: RunningInstances | None = None,
                  on_down: Callable[["ModelInstance", str, bool], None] | None = None,
                  on_up: Callable[["ModelInstance"], None] | None = None) -> None:
         """`on_down(self, cause, restart_failed)`: the stub died, or starting a new one
@@ -68,6 +88,7 @@ class ModelInstance:
         self._regions = regions
         self._on_idle = on_idle
         self._on_reschedule: Callable[[PendingRequest], None] | None = None
+        self._on_requeue: Callable[[list[PendingRequest]], None] | None = None
         self._on_batch_done = on_batch_done
         self._on_down = on_down or (lambda instance, cause, restart_failed: None)
         self._on_up = on_up or (lambda instance: None)
@@ -81,13 +102,21 @@ class ModelInstance:
         self._flush_scheduled = False
         self._retired = False  # unloading or shutting down: a dead stub is not replaced
         self._loop = asyncio.get_running_loop()
+        self._running = running or RunningInstances()
+        self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
+        self._batch_sent_ns = 0
 
     def set_on_idle(self, on_idle: Callable[["ModelInstance"], None],
-                    on_reschedule: Callable[[PendingRequest], None] | None = None) -> None:
+                    on_reschedule: Callable[[PendingRequest], None] | None = None,
+                    on_requeue: Callable[[list[PendingRequest]], None] | None = None
+                    ) -> None:
         """`on_reschedule(pending)`: the model released the request with RESCHEDULE;
-        it is no longer in flight here (called before `on_idle` for its batch)."""
+        it is no longer in flight here (called before `on_idle` for its batch).
+        `on_requeue(requests)`: a batch that was waiting in the queue of a stub that died
+        never started; it goes back to the front of the scheduler's queue."""
         self._on_idle = on_idle
         self._on_reschedule = on_reschedule
+        self._on_requeue = on_requeue
 
     @property
     def pid(self) -> int | None:
@@ -97,6 +126,18 @@ class ModelInstance:
     def inflight(self) -> int:
         """Requests sent to the stub that have not had their final response."""
         return len(self._inflight)
+
+    @property
+    def can_queue_another(self) -> bool:
+        """Whether a second batch may wait in the stub's queue behind the running one
+        (the default scheduler asks, without a batcher): the stub then starts it without
+        sleeping in between, and the parent's send wakes nobody (sem_post makes no
+        syscall without a sleeper). Not for a decoupled model, not while the running
+        batch calls its own model, not behind batches that run long: a request bound to
+        a slow instance might have gone to another that frees sooner."""
+        return (self.state is InstanceState.READY and len(self._batches) == 1
+                and not self.decoupled and self.self_calls == 0
+                and self._hop_ns < QUEUE_AHEAD_MAX_HOP_NS)
 
     @property
     def ready(self) -> bool:
@@ -119,7 +160,7 @@ class ModelInstance:
             self.state = InstanceState.STOPPED
             raise
         self.state = InstanceState.READY
-        self.busy = False
+        self._end_busy()
 
     async def launch(self) -> None:
         """Start the stub process and wait for its handshake (no model code runs yet)."""
@@ -210,6 +251,7 @@ class ModelInstance:
             return  # starting or stopping: the waiting coroutine deals with it
         message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "
                    f"while model '{self.model_name}' was running")
+        self._requeue_waiting()
         self._fail_inflight(message, ErrorCode.INTERNAL)
         if self._retired:
             log.error("%s; not restarted: the model is being unloaded or the server stops",
@@ -253,6 +295,20 @@ class ModelInstance:
         self._on_up(self)
         self._on_idle(self)
 
+    def _requeue_waiting(self) -> None:
+        """Batches after the first one were waiting in the dead stub's queue, never
+        started: back to the scheduler (a crash costs only the request that ran)."""
+        if self._on_requeue is None or len(self._batches) < 2:
+            return
+        waiting = list(self._batches)[1:]
+        for batch_id in reversed(waiting):  # each goes to the front: the oldest last
+            batch = self._batches.pop(batch_id)
+            for pending in batch:
+                self._inflight.pop(pending.key, None)
+                pending.instance = None
+                pending.exec_start_ns = 0
+            self._on_requeue(batch)
+
     def _fail_inflight(self, message: str, code: ErrorCode) -> None:
         batches, self._batches = self._batches, {}
         inflight, self._inflight = self._inflight, {}
@@ -260,12 +316,12 @@ class ModelInstance:
             pending.deliver(self._error_response(pending, ServerError(code, message)))
         for batch in batches.values():
             self._on_batch_done(batch)
-        self.busy = False
+        self._end_busy()
 
     # -- executing --------------------------------------------------------------------
     def execute(self, batch: list[PendingRequest]) -> None:
         """Send a batch to the stub; the instance is busy until the stub says it is done."""
-        assert self._stub is not None and self.ready
+        assert self._stub is not None and (self.ready or self.can_queue_another)
         now = time.monotonic_ns()
         batch_id = self._next_batch = self._next_batch + 1
         frees = tuple(self._frees)
@@ -273,13 +329,26 @@ class ModelInstance:
         # read on this loop, so after it).
         self._stub.send((p.EXECUTE, batch_id, tuple([pr.inputs for pr in batch]), frees))
         self._frees.clear()
-        self.busy = True
+        if not self.busy:  # else it waits in the stub's queue; it starts when that ends
+            self._running.count += 1
+            self._batch_sent_ns = now
+            self.busy = True
         self._batches[batch_id] = batch
         inflight = self._inflight
         for pending in batch:
             inflight[pending.key] = pending
             pending.instance = self
             pending.exec_start_ns = now
+
+    def await_reply_briefly(self) -> None:
+        """Just after `execute` of a request that found the server idle: spin for the
+        stub's answer (at most REPLY_SPIN_NS) instead of returning to the event loop,
+        which would sleep in epoll and be woken by the doorbell, costing a wake-up of
+        an idle CPU on the round trip. Only when the spin cannot delay other work: no
+        other instance is running, and this instance's recent hops fit in the budget."""
+        if self._running.count == 1 and not self.decoupled \
+                and self._hop_ns < REPLY_SPIN_NS and self._stub is not None:
+            self._stub.poll_up(REPLY_SPIN_NS)
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
         """Answer a CALL of this stub (on its control queue)."""
@@ -290,6 +359,11 @@ class ModelInstance:
         """One answer of a streamed CALL of this stub."""
         if self._stub is not None and self._stub.alive():
             self._stub.send_control((p.STREAM_ITEM, call_id, value, final))
+
+    def forget_region(self, token: str) -> None:
+        """A client region was unregistered: the stub drops its mapping, if it has one."""
+        if self._stub is not None and self._stub.alive():
+            self._stub.send_control((p.FORGET_REGION, token))
 
     def cancel(self, key: int) -> None:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
@@ -350,9 +424,30 @@ class ModelInstance:
         for key in rescheduled:
             self._reschedule(key)
         self._on_batch_done(batch)
-        self.busy = False
+        if self._batches:
+            self._start_next()
+        else:
+            self._end_busy()
         if self.state is InstanceState.READY:
             self._on_idle(self)
+
+    def _end_busy(self) -> None:
+        if self.busy:
+            self._running.count -= 1
+            self.busy = False
+            self._time_hop(time.monotonic_ns())
+
+    def _start_next(self) -> None:
+        """The stub goes on with the batch that waited in its queue: its compute time
+        starts now."""
+        now = time.monotonic_ns()
+        self._time_hop(now)
+        self._batch_sent_ns = now
+        for pending in next(iter(self._batches.values())):
+            pending.exec_start_ns = now
+
+    def _time_hop(self, now: int) -> None:
+        self._hop_ns += (now - self._batch_sent_ns - self._hop_ns) // _HOP_WEIGHT
 
     def _reschedule(self, key: int) -> None:
         """RESCHEDULE: the request goes back to the scheduler instead of completing."""
@@ -391,6 +486,8 @@ class ModelInstance:
                             for name, datatype, shape, region, offset, nbytes in outputs]
         if params and params != "{}":
             response.parameters = json.loads(params)
+        if outputs and pending.request.output_shm:
+            outputs = self._in_client_regions(response, outputs)
         if outputs:
             stub = self._stub
             held = [loc for loc in {(d[3], d[4]) for d in outputs}
@@ -407,6 +504,15 @@ class ModelInstance:
                 response._release = release
             response._descs = outputs
         return response
+
+    @staticmethod
+    def _in_client_regions(response: InferResponse, outputs: tuple) -> tuple:
+        """Mark the outputs the stub wrote into the client's regions (the frontends send
+        no data for them); the outputs that are the stub's blocks."""
+        for tensor, desc in zip(response.outputs, outputs):
+            if is_client_token(desc[3]):
+                tensor.shm = ShmRef("", desc[4], desc[5], desc[3])
+        return tuple([d for d in outputs if not is_client_token(d[3])])
 
     def _error_response(self, pending: PendingRequest, error: ServerError) -> InferResponse:
         return InferResponse(self.model_name, self.model_version, pending.request.id,

@@ -23,11 +23,13 @@ from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.file_override import (
     remove_override, sweep_dead_overrides, write_override)
 from pbserve.backend.gpus import visible_gpus
+from pbserve.backend.instance import RunningInstances
 from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import (
     check_model_name, find_model, scan_repositories, served_versions)
 from pbserve.backend.repository_poller import RepositoryPoller, fingerprint
+from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
@@ -37,10 +39,11 @@ from shm.pool import Pool, RegionMap
 log = logging.getLogger("pbserve.backend")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-# Only what pbserve implements (Triton also lists classification, shared memory, trace,
-# logging, which pbserve refuses with a message saying so).
+# Only what pbserve implements (Triton also lists classification, CUDA shared memory,
+# trace, logging, which pbserve refuses with a message saying so).
 EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
-              "statistics", "binary_tensor_data", "parameters", "generate"]
+              "system_shared_memory", "statistics", "binary_tensor_data", "parameters",
+              "generate"]
 
 
 @dataclass
@@ -67,7 +70,8 @@ class ModelManager:
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
                  config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
-                 restart_wait_s: float = RESTART_WAIT_S) -> None:
+                 allow_client_shm: bool = True, restart_wait_s: float = RESTART_WAIT_S
+                 ) -> None:
         """`restart_wait_s`: how long requests wait for a model none of whose instances
         can run (outage.py)."""
         if control_mode not in ("none", "explicit", "poll"):
@@ -86,6 +90,9 @@ class ModelManager:
         self._pool: Pool | None = None
         self._regions = RegionMap()
         self._calls = StubCalls(self.model, self._regions.view, self)
+        self._running = RunningInstances()  # decides whether a reply is awaited spinning
+        self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
+                                                 allow_client_shm, visible_gpus)
         self._live = False
 
     # -- server lifecycle -------------------------------------------------------------
@@ -130,6 +137,7 @@ class ModelManager:
             await self._poller.stop()
         await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
                              return_exceptions=True)
+        self.shared_memory.close()
         if self._pool is not None:
             self._pool.close()
         self._regions.close()
@@ -193,10 +201,36 @@ class ModelManager:
 
     # -- InferenceCore: inference ------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        return await self.model(request.model_name, request.model_version).infer(request)
+        model = self.model(request.model_name, request.model_version)
+        if not request.uses_shm:
+            return await model.infer(request)
+        self.shared_memory.resolve(request)
+        try:
+            return await model.infer(request)
+        finally:
+            request.release_shm()  # a no-op once the request was queued: it holds them
 
     def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        return self.model(request.model_name, request.model_version).stream_infer(request)
+        model = self.model(request.model_name, request.model_version)
+        if not request.uses_shm:
+            return model.stream_infer(request)
+        return self._stream_holding_shm(model, request)
+
+    async def _stream_holding_shm(self, model: Model, request: InferRequest
+                                  ) -> AsyncIterator[InferResponse]:
+        self.shared_memory.resolve(request)  # here: released by the finally below
+        try:
+            async for response in model.stream_infer(request):
+                yield response
+        finally:
+            request.release_shm()
+
+    def _forget_client_window(self, token: str) -> None:
+        """A client region was unregistered: every stub drops its mapping of it."""
+        for entry in self._entries.values():
+            for model in entry.versions.values():
+                for instance in model.instances:
+                    instance.forget_region(token)
 
     def model(self, name: str, version: str = "") -> Model:
         """The loaded model serving `name` (and `version`, "" = latest); NOT_FOUND else."""
@@ -312,7 +346,7 @@ class ModelManager:
         loaded: dict[str, Model] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
-                          self._calls, self.restart_wait_s)
+                          self._calls, self._running, self.restart_wait_s)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

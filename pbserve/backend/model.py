@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from pbserve.backend.execution_env import stub_python
-from pbserve.backend.instance import InstanceState, ModelInstance
+from pbserve.backend.instance import InstanceState, ModelInstance, RunningInstances
 from pbserve.backend.metrics import ModelStats
 from pbserve.backend.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
@@ -35,6 +35,7 @@ _keys = itertools.count(1)
 class Model:
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
                  refs: BlockRefs, regions: RegionMap, calls: StubCalls,
+                 running: RunningInstances | None = None,
                  restart_wait_s: float = RESTART_WAIT_S) -> None:
         self.name = name
         self.version = str(version)
@@ -45,6 +46,7 @@ class Model:
         self._refs = refs
         self._regions = regions
         self._calls = calls
+        self._running = running or RunningInstances()
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._validator: RequestValidator | None = None
         self._output_names: tuple[str, ...] = ()  # the config's, for requests naming none
@@ -111,7 +113,7 @@ class Model:
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
                     model_log=self._log, calls=self._calls, python=self._python,
-                    refs=self._refs, on_down=self._instance_down,
+                    refs=self._refs, running=self._running, on_down=self._instance_down,
                     on_up=self._instance_up))
         self.scheduler.instances = self.instances
 
@@ -127,7 +129,8 @@ class Model:
         for instance in self.instances:
             instance.init_args["model_config"] = config_json
             instance.decoupled = self.decoupled
-            instance.set_on_idle(self.scheduler.on_idle, self.scheduler.reschedule)
+            instance.set_on_idle(self.scheduler.on_idle, self.scheduler.reschedule,
+                                 getattr(self.scheduler, "requeue", None))
 
     def _new_scheduler(self, cfg: mc.ModelConfig) -> Scheduler | SequenceBatcher:
         """Triton's choice: the sequence batcher when configured, else the dynamic
@@ -236,6 +239,9 @@ class Model:
         if self._outage.error is not None:
             raise self._outage.error
         batch_size = self._validator.validate(request)
+        output_shm = None
+        if request.output_shm:
+            output_shm = self._output_shm(request)
         if descs is None:
             descs, blocks = self._copy_inputs(request, batch_size)
         else:
@@ -252,9 +258,11 @@ class Model:
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
         msg = (key, request.id, request.correlation_id, request.flags, params,
-               request.timeout_us, requested, descs, lendable)
+               request.timeout_us, requested, descs, lendable, output_shm)
         pending = PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
                                  streaming)
+        # The request's client regions are held until it completes (shared_memory.py).
+        pending.on_complete, request._shm_release = request._shm_release, None
         self.stats.pending += 1
         assert self.scheduler is not None
         self.scheduler.submit(pending)
@@ -278,13 +286,32 @@ class Model:
             pending.deliver(self._error(pending, ServerError(
                 ErrorCode.UNAVAILABLE, "Request timeout expired")))
 
+    def _output_shm(self, request: InferRequest) -> dict[str, tuple[str, int, int]]:
+        """Where the stub writes outputs the client wants in its regions: name ->
+        (window token, offset, byte_size)."""
+        assert request.output_shm is not None
+        if self.decoupled:
+            name = next(iter(request.output_shm))
+            raise ServerError(ErrorCode.INVALID_ARG, (
+                f"output '{name}' for model '{self.name}': shared-memory outputs are not "
+                f"supported for models using the decoupled transaction policy (each "
+                f"response would overwrite the region)"))
+        return {name: (ref.token, ref.offset, ref.byte_size)
+                for name, ref in request.output_shm.items()}
+
     def _copy_inputs(self, request: InferRequest, batch_size: int
                      ) -> tuple[tuple, list[Block]]:
-        """One copy of each input into the parent's pool; descriptors for the stub."""
+        """One copy of each input into the parent's pool; descriptors for the stub. An
+        input in a client's region is not copied: the stub reads it there."""
         descs = []
         blocks = []
         try:
             for tensor in request.inputs:
+                if tensor.shm is not None:
+                    descs.append((tensor.name, tensor.datatype,
+                                  self._validator.model_shape(tensor, batch_size),
+                                  tensor.shm.token, tensor.shm.offset, tensor.shm.byte_size))
+                    continue
                 src = memoryview(tensor.data)
                 if src.format != "B" or src.ndim != 1:
                     src = src.cast("B")

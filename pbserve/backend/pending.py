@@ -21,7 +21,7 @@ class PendingRequest:
 
     __slots__ = ("key", "request", "inputs", "blocks", "batch_size", "future", "stream",
                  "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done",
-                 "cancelled", "instance")
+                 "cancelled", "instance", "on_complete")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
                  batch_size: int, free_blocks: Callable[[list[Block]], None],
@@ -41,6 +41,7 @@ class PendingRequest:
         self.done = False
         self.cancelled = False
         self.instance = None  # the ModelInstance running it, once dispatched
+        self.on_complete: Callable[[], None] | None = None  # releases its client regions
 
     def deliver(self, response: InferResponse) -> None:
         """Hand one response to the caller; a final one completes the request."""
@@ -61,3 +62,6 @@ class PendingRequest:
         blocks, self.blocks = self.blocks, []
         if blocks:
             self._free_blocks(blocks)
+        if self.on_complete is not None:
+            on_complete, self.on_complete = self.on_complete, None
+            on_complete()

@@ -259,6 +259,11 @@ class Scheduler:
             for instance in self.instances:
                 if instance.ready:
                     instance.execute([pending])
+                    instance.await_reply_briefly()
+                    return
+            for instance in self.instances:  # all busy: wait in a stub's queue, if one may
+                if instance.can_queue_another:
+                    instance.execute([pending])
                     return
         request = pending.request
         level = self._level_of(request.priority)
@@ -287,6 +292,16 @@ class Scheduler:
         self._size += 1
         self.dispatch()
 
+    def requeue(self, batch: list[PendingRequest]) -> None:
+        """A batch that waited in a dead stub's queue: first in line again."""
+        for pending in reversed(batch):
+            level = self._level_of(pending.request.priority)
+            lv = self._levels.get(level)
+            if lv is None:
+                lv = self._add_level(level, self._default_policy)
+            lv.queue.appendleft((pending, 0.0))
+            self._size += 1
+
     def on_idle(self, instance: ModelInstance) -> None:
         self.dispatch()
 
@@ -306,6 +321,13 @@ class Scheduler:
                     for pending in batch:
                         self._ordering.enter(pending)
                 instance.execute(batch)
+        if self._batching:  # a batcher forms its batches while the instances are busy
+            return
+        for instance in self.instances:
+            if not self._size:
+                return
+            if instance.can_queue_another:
+                instance.execute([self._pop()])
 
     def remove(self, pending: PendingRequest) -> bool:
         """Take a request out of the queue (cancelled); False if it is not queued."""

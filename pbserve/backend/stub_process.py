@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import logging
 from pathlib import Path
 from typing import Callable
@@ -148,6 +149,18 @@ class StubProcess:
                 log.exception("reading stub '%s' failed", self.instance_name)
         if batch and not self._closing:
             self._on_messages(batch)
+
+    def poll_up(self, budget_ns: int) -> bool:
+        """Spin on the up queue for at most `budget_ns` and drain it inline if a message
+        came: the reply of a short `execute` is read without the loop going to sleep and
+        being woken by the doorbell. False (nothing drained) when the budget ran out."""
+        pending, clock = self.up_q.pending, time.perf_counter_ns
+        deadline = clock() + budget_ns
+        while not pending():
+            if clock() >= deadline:
+                return False
+        self._drain()
+        return True
 
     def _watch(self) -> None:
         code = self.proc.wait()

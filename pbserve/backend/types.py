@@ -21,13 +21,28 @@ FLAG_SEQUENCE_END = 2
 
 
 @dataclass
+class ShmRef:
+    """A tensor in a region the client registered (Triton's shared-memory extension):
+    the `shared_memory_region`, `_offset` and `_byte_size` parameters. `token` is set
+    when the backend resolves the name: the window's descriptor region (shm/client_region.py)."""
+
+    region: str
+    offset: int = 0
+    byte_size: int = 0
+    token: str = ""
+
+
+@dataclass
 class TensorData:
-    """One named tensor: Triton datatype name ("FP32", "BYTES", ...), shape, raw bytes."""
+    """One named tensor: Triton datatype name ("FP32", "BYTES", ...), shape, raw bytes.
+    `shm`: the tensor lives in a client's region (an input's data is read from it, an
+    output was written into it and is not sent back)."""
 
     name: str
     datatype: str
     shape: tuple[int, ...]
     data: Buffer
+    shm: ShmRef | None = None
 
 
 @dataclass
@@ -44,6 +59,17 @@ class InferRequest:
     flags: int = 0
     priority: int = 0
     timeout_us: int = 0
+    # Outputs to write into client regions (by name), and whether any input or output
+    # names a region (the backend then resolves them: shared_memory.py).
+    output_shm: dict[str, ShmRef] | None = None
+    uses_shm: bool = False
+    # Releases the regions this request holds; the request's PendingRequest takes it.
+    _shm_release: Callable[[], None] | None = field(default=None, repr=False)
+
+    def release_shm(self) -> None:
+        release, self._shm_release = self._shm_release, None
+        if release is not None:
+            release()
 
 
 @dataclass

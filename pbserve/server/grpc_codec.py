@@ -7,7 +7,8 @@ Outputs always go back as `raw_output_contents`. Request parameters follow Trito
 SetInferenceRequestMetadata: `sequence_id`, `sequence_start`, `sequence_end`,
 `priority` and `timeout` become request fields, `triton_enable_empty_final_response`
 is the only `triton_` key allowed (a stream option), every other key is passed on
-with its Python type.
+with its Python type. An input or output whose parameters name a client's shared-memory
+region (grpc_shm.py) carries no data here: the stub reads it there or writes it there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pbserve.backend.types import (
     TensorData,
 )
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
+from pbserve.server.grpc_shm import tensor_shm
 from pbserve.server.http_codec import byte_view, error_of
 
 __all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
@@ -93,7 +95,16 @@ def decode_infer_request(request: pb.ModelInferRequest,
     index = 0
     for tensor in request.inputs:
         if tensor.parameters:
-            _refuse_shared_memory(tensor, model)
+            shm = tensor_shm(tensor)
+            if shm is not None:
+                if tensor.HasField("contents"):
+                    raise invalid_arg(f"unexpected 'content' provided when using shared "
+                                      f"memory for input tensor '{tensor.name}' for model "
+                                      f"'{model}'")
+                inputs.append(TensorData(tensor.name, tensor.datatype, tuple(tensor.shape),
+                                         b"", shm))
+                infer_request.uses_shm = True
+                continue
         if tensor.HasField("contents"):
             if raw_count:
                 raise invalid_arg(f"contents field must not be specified when using "
@@ -108,7 +119,7 @@ def decode_infer_request(request: pb.ModelInferRequest,
                               f"model '{model}' in request.")
         inputs.append(TensorData(tensor.name, tensor.datatype, tuple(tensor.shape), data))
     if request.outputs:
-        infer_request.requested_outputs = [_requested_output(o, model)
+        infer_request.requested_outputs = [_requested_output(infer_request, o, model)
                                            for o in request.outputs]
     return infer_request, empty_final
 
@@ -143,20 +154,22 @@ def contents_to_raw(tensor: InputTensor, model: str) -> bytes:
     return data
 
 
-def _refuse_shared_memory(tensor: Any, model: str) -> None:
-    if "shared_memory_region" in tensor.parameters:
-        raise invalid_arg(f"tensor '{tensor.name}' for model '{model}': shared-memory "
-                          f"tensors (the shared memory extension) are not supported by "
-                          f"pbserve")
-
-
-def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor,
+def _requested_output(request: InferRequest,
+                      output: pb.ModelInferRequest.InferRequestedOutputTensor,
                       model: str) -> str:
     if output.parameters:
-        _refuse_shared_memory(output, model)
+        shm = tensor_shm(output)
         if "classification" in output.parameters:
+            if shm is not None:
+                raise invalid_arg("output can't set both 'shared_memory_region' and "
+                                  "'classification'")
             raise invalid_arg(f"output '{output.name}' for model '{model}': "
                               f"classification outputs are not supported by pbserve")
+        if shm is not None:
+            if request.output_shm is None:
+                request.output_shm = {}
+            request.output_shm[output.name] = shm
+            request.uses_shm = True
     return output.name
 
 
@@ -230,6 +243,9 @@ def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
         output.datatype = tensor.datatype
         output.shape.extend(tensor.shape)
         data = tensor.data
+        if tensor.shm is not None:  # written into the client's region: no data here
+            raw.append(b"")
+            continue
         raw.append(data if type(data) is bytes else bytes(byte_view(data)))
     return message
 

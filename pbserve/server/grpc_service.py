@@ -5,8 +5,8 @@ its message; anything unexpected is INTERNAL (and logged). Beyond the KServe v2 
 RPCs and the repository extension:
 * ModelStatistics answers in Triton's shape (the core's figures, or zeros: see
   `http_stats`), as perf_analyzer asks for it;
-* the shared-memory status RPCs list no regions and unregistering is a no-op (nothing
-  can be registered); registering a region is UNIMPLEMENTED;
+* system shared memory (grpc_shm.py); CUDA shared memory lists no regions and
+  registering one is refused;
 * TraceSetting and LogSettings are UNIMPLEMENTED.
 """
 
@@ -24,7 +24,7 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.model_config import config_from_dict
 from pbserve.errors import ErrorCode, ServerError
-from pbserve.server import http_stats
+from pbserve.server import grpc_shm, http_stats
 from pbserve.server.grpc_codec import (
     decode_infer_request,
     encode_infer_response,
@@ -185,40 +185,37 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             await abort(context, exc, "RepositoryModelUnload")
         return pb.RepositoryModelUnloadResponse()
 
-    # -- shared memory, trace, logging: not supported -----------------------------------
+    # -- shared-memory extensions (grpc_shm.py) -----------------------------------------
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return await _no_regions(request, context, "system",
-                                 pb.SystemSharedMemoryStatusResponse)
-
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return await _no_regions(request, context, "cuda", pb.CudaSharedMemoryStatusResponse)
-
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return pb.SystemSharedMemoryUnregisterResponse()
-
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return pb.CudaSharedMemoryUnregisterResponse()
+        return await self._answer(context, "SystemSharedMemoryStatus",
+                                  lambda: grpc_shm.system_status(self._core, request))
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        await abort(context, _unsupported("system shared memory"), "SystemSharedMemoryRegister")
+        return await self._answer(context, "SystemSharedMemoryRegister",
+                                  lambda: grpc_shm.system_register(self._core, request))
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await self._answer(context, "SystemSharedMemoryUnregister",
+                                  lambda: grpc_shm.system_unregister(self._core, request))
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await self._answer(context, "CudaSharedMemoryStatus",
+                                  lambda: grpc_shm.cuda_status(self._core, request))
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        await abort(context, _unsupported("CUDA shared memory"), "CudaSharedMemoryRegister")
+        return await self._answer(context, "CudaSharedMemoryRegister",
+                                  lambda: grpc_shm.cuda_register(self._core, request))
 
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await self._answer(context, "CudaSharedMemoryUnregister",
+                                  lambda: grpc_shm.cuda_unregister(self._core, request))
+
+    # -- trace, logging: not supported ---------------------------------------------------
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         await abort(context, _unsupported("the trace extension"), "TraceSetting")
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
         await abort(context, _unsupported("the logging extension over gRPC"), "LogSettings")
-
-
-async def _no_regions(request: Any, context: Any, kind: str, response_type: Any) -> Any:
-    """No region is ever registered: a named one is NOT_FOUND, as in Triton."""
-    if request.name:
-        await abort(context, ServerError(
-            ErrorCode.NOT_FOUND,
-            f"Unable to find {kind} shared memory region: '{request.name}'"), "status")
-    return response_type()
 
 
 def _load_parameters(request: pb.RepositoryModelLoadRequest

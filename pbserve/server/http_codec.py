@@ -13,6 +13,7 @@ Where Triton's behaviour is not the only sensible one, these choices are made:
   for outputs JSON cannot carry exactly: non-finite floats and non-UTF-8 BYTES.
 * FP16 inputs are accepted as JSON numbers (Triton refuses them).
 * A JSON `data` list whose element count does not match the shape is 400 (Triton: 500).
+* A shared-memory parameter of the wrong JSON type is 400 (Triton: 500).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pbserve.backend.types import (
     FLAG_SEQUENCE_START,
     InferRequest,
     InferResponse,
+    ShmRef,
     TensorData,
 )
 from pbserve.errors import ServerError, internal, invalid_arg
@@ -88,6 +90,8 @@ def decode_infer_request(model: str, version: str, header: Any,
     for item in inputs:
         tensor, offset = _decode_input(model, item, binary, offset)
         request.inputs.append(tensor)
+        if tensor.shm is not None:
+            request.uses_shm = True
     if offset != len(binary):
         raise invalid_arg(f"unexpected additional input data for model '{model}'")
     default_binary = _apply_parameters(request, header.get("parameters"))
@@ -115,8 +119,11 @@ def _decode_input(model: str, item: Any, binary: memoryview,
         raise invalid_arg(f"Unable to parse 'parameters' of input '{name}'")
     size = params.get("binary_data_size")
     has_data = "data" in item
-    if (size is not None) == has_data or "shared_memory_region" in params:
-        raise invalid_arg(_content_error(name, has_data, size is not None, params))
+    has_shm = "shared_memory_region" in params
+    if has_data + (size is not None) + has_shm != 1:
+        raise invalid_arg(_content_error(name, has_data, size is not None, has_shm))
+    if has_shm:
+        return TensorData(name, datatype, tuple(shape), b"", tensor_shm(params)), offset
     if size is None:
         data = json_to_raw(name, datatype, shape, item["data"])
         return TensorData(name, datatype, tuple(shape), data), offset
@@ -129,15 +136,31 @@ def _decode_input(model: str, item: Any, binary: memoryview,
     return TensorData(name, datatype, tuple(shape), binary[offset:end]), end
 
 
-def _content_error(name: str, has_data: bool, has_binary: bool, params: dict) -> str:
-    if "shared_memory_region" in params:
-        return (f"input '{name}': shared-memory tensors (the shared memory extension) "
-                "are not supported by pbserve")
+def _content_error(name: str, has_data: bool, has_binary: bool, has_shm: bool) -> str:
     found = " ".join(f for f, present in (("'data'", has_data),
-                                           ("'binary_data_size'", has_binary)) if present)
+                                           ("'binary_data_size'", has_binary),
+                                           ("'shared_memory_region'", has_shm)) if present)
     return ("Input must set only one of the following fields: 'data', 'binary_data_size' "
             f"in 'parameters', 'shared_memory_region' in 'parameters'. But "
             f"{'set ' + found if found else 'no field is set'} (input '{name}')")
+
+
+def tensor_shm(params: dict[str, Any]) -> ShmRef:
+    """The client region an input's or output's `parameters` name (the caller saw
+    `shared_memory_region` in them); offset and byte size default to 0, as in Triton."""
+    region = params["shared_memory_region"]
+    if not isinstance(region, str):
+        raise invalid_arg("Unable to parse 'shared_memory_region': expected a string")
+    return ShmRef(region, unsigned_field(params, "shared_memory_offset"),
+                  unsigned_field(params, "shared_memory_byte_size"))
+
+
+def unsigned_field(values: dict[str, Any], key: str) -> int:
+    """An optional unsigned integer of a JSON object (0 when absent)."""
+    value = values.get(key, 0)
+    if type(value) is not int or value < 0:
+        raise invalid_arg(f"Unable to parse '{key}': expected an unsigned integer")
+    return value
 
 
 def _decode_outputs(request: InferRequest, outputs: Any) -> dict[str, bool]:
@@ -153,10 +176,21 @@ def _decode_outputs(request: InferRequest, outputs: Any) -> dict[str, bool]:
         params = item.get("parameters") or {}
         if not isinstance(params, dict):
             raise invalid_arg(f"Unable to parse 'parameters' of output '{name}'")
-        if "shared_memory_region" in params or params.get("classification"):
-            raise invalid_arg(f"output '{name}': shared-memory and classification outputs "
-                              "are not supported by pbserve")
         flag = params.get("binary_data", False)
+        if "shared_memory_region" in params:
+            if "classification" in params:
+                raise invalid_arg("Output can't set both 'shared_memory_region' and "
+                                  "'classification'")
+            if flag is True:
+                raise invalid_arg("Output can't set both 'shared_memory_region' and "
+                                  "'binary_data'")
+            if request.output_shm is None:
+                request.output_shm = {}
+            request.output_shm[name] = tensor_shm(params)
+            request.uses_shm = True
+        elif params.get("classification"):
+            raise invalid_arg(f"output '{name}': classification outputs are not supported "
+                              "by pbserve")
         if type(flag) is not bool:
             raise invalid_arg(f"Unable to parse 'binary_data' of output '{name}'")
         binary[name] = flag
@@ -369,6 +403,9 @@ def encode_infer_response(response: InferResponse,
     for output in response.outputs:
         entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype,
                                  "shape": list(output.shape)}
+        if output.shm is not None:  # written into the client's region: no data here
+            outputs.append(entry)
+            continue
         values = None if plan.is_binary(output.name) else raw_to_json(output)
         if values is None:
             data = byte_view(output.data)

@@ -11,6 +11,7 @@ accepted shapes are those of Triton's own patterns:
                                                    generate_stream (POST)
     /v2/repository[/R]/index                  POST
     /v2/repository[/R]/models/M/(load|unload) POST (a repository name R: 501, as Triton)
+    /v2/(system|cuda)sharedmemory[/region/R]/(status|register|unregister)  (http_shm)
 
 Anything else is 404 `{"error": "Not Found"}`; a known path with the wrong method is
 405 `{"error": "Method Not Allowed"}`.
@@ -24,7 +25,7 @@ from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
 from pbserve.errors import ServerError
-from pbserve.server import http_repository, http_stats
+from pbserve.server import http_repository, http_shm, http_stats
 from pbserve.server.http_codec import error_of
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
@@ -77,6 +78,8 @@ class Routes:
             return self._health(request, parts[3])
         if parts[2] == "repository":
             return await http_repository.handle(self._core, request, parts[3:])
+        if parts[2] == http_shm.SYSTEM or parts[2] == http_shm.CUDA:
+            return http_shm.handle(self._core, request, parts[2], parts[3:])
         return not_found()
 
     async def _model(self, request: HttpRequest, parts: list[str]) -> Reply:

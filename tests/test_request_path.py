@@ -1,0 +1,117 @@
+"""The request path between parent and stub: the parent's bounded spin for a reply
+(ModelInstance.await_reply_briefly) and a request queued in an instance's stub behind the
+running one (ModelInstance.can_queue_another). Answers come back right every way, a
+killed stub still costs only its running request, and a queued request cancelled before
+it starts never runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from pbserve.backend.instance import REPLY_SPIN_NS
+from pbserve.testing import load_models, running_server
+from tests.client_inputs import http_input
+
+MODELS = Path(__file__).resolve().parent / "models"
+
+
+def sleep_ms(ms: int) -> dict:
+    return {"SLEEP_MS": np.array([ms], np.int32)}
+
+
+def test_every_way_an_answer_comes_back_leaves_no_instance_counted_busy():
+    assert REPLY_SPIN_NS < 5_000_000  # the slow request below outlasts the spin
+    with load_models(MODELS, models=["sleepy"]) as models:
+        pid = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
+        for _ in range(50):  # idle server, fast model: read by the spin
+            assert int(models.infer("sleepy", sleep_ms(0))["PID"][0]) == pid
+        assert int(models.infer("sleepy", sleep_ms(5))["PID"][0]) == pid  # by the doorbell
+
+        results: list = []
+        threads = [threading.Thread(target=lambda: results.append(
+            models.infer("sleepy", sleep_ms(1)))) for _ in range(6)]
+        for t in threads:  # several at once: all but the first wait in the queue
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert [int(r["PID"][0]) for r in results] == [pid] * 6
+
+        with pytest.raises(Exception, match="sleep length must be non-negative"):
+            models.infer("sleepy", sleep_ms(-1))  # execute raises
+
+        killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(Exception, match="exited with signal 9"):
+            models.infer("sleepy", sleep_ms(3000))
+        killer.join()
+        restarted = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
+        assert restarted != pid
+        assert models.manager._running.count == 0
+
+
+def _queued_ahead(models) -> int:
+    """Batches the sleepy instance has sent to its stub and not had answered."""
+    instance = models.manager.model("sleepy").instances[0]
+    return len(instance._batches)
+
+
+def _infer_in_thread(models, ms: int, results: list, **kwargs) -> threading.Thread:
+    def run() -> None:
+        try:
+            results.append(models.infer("sleepy", sleep_ms(ms), **kwargs))
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            results.append(exc)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _wait_until(condition, what: str) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_a_killed_stub_costs_only_its_running_request_not_the_one_queued_behind_it():
+    with load_models(MODELS, models=["sleepy"]) as models:
+        for _ in range(20):  # short hops: the instance may queue a request ahead
+            pid = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
+        running: list = []
+        behind: list = []
+        t1 = _infer_in_thread(models, 3000, running)
+        _wait_until(lambda: _queued_ahead(models) == 1, "the first request running")
+        t2 = _infer_in_thread(models, 0, behind)
+        _wait_until(lambda: _queued_ahead(models) == 2, "the second queued in the stub")
+        os.kill(pid, signal.SIGKILL)
+        t1.join(30)
+        t2.join(30)
+        assert "exited with signal 9" in str(running[0])
+        assert int(behind[0]["PID"][0]) not in (pid, 0)  # answered by the new stub
+        assert models.manager._running.count == 0
+
+
+def test_a_request_whose_timeout_passes_while_queued_in_the_stub_is_not_executed():
+    """Over HTTP: the second request waits in the stub's queue behind a 1 s one and its
+    200 ms timeout passes there. It is dropped before `execute` (sleepy ignores
+    cancellation: had it run, it would answer a PID). Waiting in the scheduler's queue
+    instead, it would get "Request timeout expired"."""
+    with running_server(MODELS, args=["--model-control-mode", "explicit",
+                                      "--load-model", "sleepy"]) as server:
+        client = server.http_client(concurrency=2)
+        for _ in range(20):  # short hops: the instance may queue a request ahead
+            client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))])
+        first = client.async_infer("sleepy", [http_input("SLEEP_MS", np.array([1000], np.int32))])
+        threading.Event().wait(0.2)  # ordering only: the first is running by then
+        with pytest.raises(InferenceServerException, match="request for model 'sleepy' was cancelled"):
+            client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))],
+                         timeout=200_000)
+        assert first.get_result().as_numpy("PID")[0] > 0
