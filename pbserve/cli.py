@@ -13,6 +13,7 @@ from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.server.grpc_server import start_grpc_server
+from pbserve.shutdown import shut_down
 from pbserve.server.http import start_http_server, start_metrics_server
 
 log = logging.getLogger("pbserve")
@@ -52,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-info", type=_bool, default=True)
     add("--log-warning", type=_bool, default=True)
     add("--log-error", type=_bool, default=True)
-    add("--exit-timeout-secs", type=int, default=30)
+    add("--exit-timeout-secs", type=float, default=30.0,
+        help="on SIGINT/SIGTERM: how long requests in flight may take to finish before "
+             "they are ended with an error and the models are unloaded")
     add("--restart-wait-secs", type=float, default=RESTART_WAIT_S,
         help="pbserve: how long requests queued for a model whose every instance is down "
              "(its stub died, restarts fail) wait for one to come back before they fail "
@@ -106,13 +109,7 @@ async def serve(args: argparse.Namespace) -> int:
         await stop.wait()
         log.info("Signal received: shutting down")
     finally:
-        manager.begin_stop()
-        for server in servers:
-            await server.close()
-        try:
-            await asyncio.wait_for(manager.stop(), args.exit_timeout_secs)
-        except asyncio.TimeoutError:
-            log.error("models did not finish unloading within %d s", args.exit_timeout_secs)
+        await shut_down(servers, manager, args.exit_timeout_secs)
     return 0
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
 import signal
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_inputs import http_input
+from client_inputs import grpc_input, http_input
 from pbserve.testing import RunningServer
 from polling import wait_for
 from shm.names import entries_with_prefix
@@ -100,3 +102,140 @@ def test_a_stub_that_dies_during_shutdown_is_not_restarted(tmp_path):
     log = server.log_text()
     assert "not restarted" in log, log
     assert "restarting" not in log, log
+
+
+# -- --exit-timeout-secs ------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
+
+
+def shutdown_repo(tmp_path: Path) -> Path:
+    repo = sleepy_repo(tmp_path)
+    shutil.copytree(EXAMPLES / "repeat", repo / "repeat")
+    return repo
+
+
+class SseStream:
+    """POST generate_stream on `repeat` from a thread; the events and how it ended."""
+
+    def __init__(self, server: RunningServer, count: int, delay_ms: int) -> None:
+        self.events: list[dict] = []
+        self.ended_cleanly = False
+        self.failure: Exception | None = None
+        body = json.dumps({"IN": list(range(count)), "DELAY": delay_ms})
+        self._thread = threading.Thread(target=self._read, args=(server.http_url, body))
+        self._thread.start()
+
+    def _read(self, url: str, body: str) -> None:
+        connection = http.client.HTTPConnection(url, timeout=60)
+        try:
+            connection.request("POST", "/v2/models/repeat/generate_stream", body)
+            reply = connection.getresponse()
+            for line in reply:  # chunked: ends at the terminating chunk
+                if line.startswith(b"data: "):
+                    self.events.append(json.loads(line[6:]))
+            self.ended_cleanly = True
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            self.failure = exc
+        finally:
+            connection.close()
+
+    def join(self) -> None:
+        self._thread.join(30)
+
+
+class GrpcStream:
+    """A gRPC ModelStreamInfer call on `repeat`; the responses and errors it got."""
+
+    def __init__(self, server: RunningServer) -> None:
+        self.results: list = []
+        self.errors: list = []
+        self.done = threading.Event()
+        self.client = server.grpc_client()
+        self.client.start_stream(callback=self._on)
+
+    def _on(self, result, error) -> None:
+        if error is not None:
+            self.errors.append(error)
+            if "StatusCode" in str(error.status()):  # the call itself ended
+                self.done.set()
+        else:
+            self.results.append(result)
+
+    def send(self, count: int, delay_ms: int, request_id: str) -> None:
+        self.client.async_stream_infer("repeat", [
+            grpc_input("IN", np.arange(count, dtype=np.int32)),
+            grpc_input("DELAY", np.array([delay_ms], np.uint32))], request_id=request_id)
+
+    def close(self) -> None:
+        self.client.stop_stream()
+        self.client.close()
+
+
+def test_what_outlasts_the_exit_timeout_ends_with_an_error_each_client_understands(tmp_path):
+    server = RunningServer([shutdown_repo(tmp_path)], log_path=tmp_path / "log",
+                           args=["--exit-timeout-secs", "1"])
+    unary: list = []
+    grpc_unary: list = []
+    try:
+        server.wait_ready()
+        running = call_sleepy(server, 20000, unary)  # runs far beyond the exit timeout
+        wait_for(lambda: pending(server) == 1, "the sleepy request to run")
+
+        def grpc_call() -> None:
+            try:
+                server.grpc_client().infer(
+                    "sleepy", [grpc_input("SLEEP_MS", np.array([0], np.int32))])
+            except Exception as exc:  # noqa: BLE001
+                grpc_unary.append(exc)
+        queued = threading.Thread(target=grpc_call)
+        queued.start()
+        wait_for(lambda: pending(server) == 2, "the gRPC request to queue")
+        sse = SseStream(server, count=100, delay_ms=200)
+        stream = GrpcStream(server)
+        stream.send(100, 200, "long")
+        wait_for(lambda: sse.events and stream.results, "both streams to deliver")
+
+        os.killpg(server.pid, signal.SIGTERM)
+        for thread in (running, queued):
+            thread.join(30)
+        sse.join()
+        assert stream.done.wait(30), "the gRPC stream did not end"
+        stream.close()
+        assert server.proc.wait(30) == 0
+    finally:
+        server.stop()
+    for error in (unary[0], grpc_unary[0], stream.errors[0]):
+        assert "exit timeout" in error.message(), error
+    assert unary[0].status() == "503"
+    assert grpc_unary[0].status() == "StatusCode.UNAVAILABLE"
+    assert sse.ended_cleanly and "exit timeout" in sse.events[-1]["error"], sse.events[-3:]
+    assert 0 < len(sse.events) - 1 < 100
+    assert stream.errors[-1].status() == "StatusCode.UNAVAILABLE"
+    assert 0 < len(stream.results) < 100
+    log = server.log_text()
+    assert "4 request(s) still in flight after the exit timeout" in log, log
+    assert "Traceback" not in log, log
+
+
+def test_streams_in_flight_finish_within_the_exit_timeout_then_the_stream_ends(tmp_path):
+    server = RunningServer([shutdown_repo(tmp_path)], log_path=tmp_path / "log")
+    try:
+        server.wait_ready()
+        sse = SseStream(server, count=5, delay_ms=200)
+        stream = GrpcStream(server)
+        stream.send(5, 200, "short")
+        wait_for(lambda: sse.events and stream.results, "both streams to deliver")
+        os.killpg(server.pid, signal.SIGTERM)
+        sse.join()
+        assert stream.done.wait(30), "the gRPC stream did not end"
+        stream.close()
+        assert server.proc.wait(30) == 0
+    finally:
+        server.stop()
+    assert sse.ended_cleanly and [e["OUT"] for e in sse.events] == list(range(5))
+    assert [int(r.as_numpy("OUT")[0]) for r in stream.results] == list(range(5))
+    # The client kept its stream open: it ends with a status once its requests answered.
+    assert len(stream.errors) == 1 and stream.errors[0].status() == "StatusCode.UNAVAILABLE"
+    assert "shutting down" in stream.errors[0].message()
+    assert "still in flight" not in server.log_text()

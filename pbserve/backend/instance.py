@@ -23,6 +23,9 @@ log = logging.getLogger("pbserve.backend")
 
 START_TIMEOUT_S = 60.0  # interpreter start-up to the stub's handshake
 FINALIZE_TIMEOUT_S = 30.0  # `finalize` of the model, then the process is killed
+# A stub still in `execute` when shutdown ended its requests (--exit-timeout-secs passed):
+# so long more for `execute` to return and `finalize` to run, then it is killed.
+ABANDONED_FINALIZE_S = 2.0
 RELEASE_DELAY_S = 0.005
 RESTART_PAUSE_S = 0.5  # after a failed restart; doubles up to the max
 RESTART_PAUSE_MAX_S = 30.0
@@ -101,6 +104,7 @@ class ModelInstance:
         self._frees: list[tuple[str, int]] = []
         self._flush_scheduled = False
         self._retired = False  # unloading or shutting down: a dead stub is not replaced
+        self._abandoned = False  # its requests were ended while its stub still ran them
         self._loop = asyncio.get_running_loop()
         self._running = running or RunningInstances()
         self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
@@ -214,7 +218,8 @@ class ModelInstance:
             try:
                 self._flush_frees()
                 stub.send((p.FINALIZE,))
-                await self._expect(p.FINALIZED, "finalize", FINALIZE_TIMEOUT_S)
+                await self._expect(p.FINALIZED, "finalize", ABANDONED_FINALIZE_S
+                                   if self._abandoned else FINALIZE_TIMEOUT_S)
             except ServerError as err:
                 log.warning("%s", err.message)
             if not await stub.wait_exit(5.0):
@@ -224,6 +229,14 @@ class ModelInstance:
                             f"was unloaded", ErrorCode.UNAVAILABLE)
         await self._discard_stub()
         self.state = InstanceState.STOPPED
+
+    def end_requests(self, error: ServerError) -> int:
+        """Shutdown's time is up: every request sent to the stub gets `error` now (the
+        stub may still be running them; `stop` then gives it little time). How many."""
+        count = len(self._inflight)
+        self._abandoned = self.busy or bool(self._inflight)
+        self._fail_inflight(error.message, error.code)
+        return count
 
     def retire(self) -> None:
         """The model is being unloaded (or the server stops): what runs goes on, but a

@@ -129,6 +129,12 @@ class ModelManager:
             for model in entry.versions.values():
                 model.retire()
 
+    def end_requests(self, error: ServerError) -> int:
+        """Shutdown's time is up (`--exit-timeout-secs`): every request still queued or
+        running gets `error`, which the frontends deliver. How many there were."""
+        return sum(model.end_requests(error) for entry in self._entries.values()
+                   for model in entry.versions.values())
+
     async def stop(self) -> None:
         """Unload every model (finalize runs), then remove the parent's shm."""
         self.begin_stop()

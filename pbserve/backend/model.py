@@ -162,6 +162,15 @@ class Model:
             for pending in self.scheduler.take_queued():
                 pending.deliver(self._error(pending, error))
 
+    def end_requests(self, error: ServerError) -> int:
+        """Shutdown's time is up: what is queued or running gets `error`. How many."""
+        count = 0
+        if self.scheduler is not None:
+            for pending in self.scheduler.take_queued():
+                pending.deliver(self._error(pending, error))
+                count += 1
+        return count + sum(i.end_requests(error) for i in self.instances)
+
     async def unload(self) -> None:
         """Fail what is queued, finalize every instance (their in-flight work first)."""
         self.retire()
