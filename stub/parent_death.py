@@ -14,7 +14,6 @@ available a thread polls the parent pid instead, which needs the GIL to run.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import threading
@@ -34,7 +33,7 @@ def die_with_parent(parent_pid: int) -> None:
 
 def _set_pdeathsig(signum: int) -> bool:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None)  # the interpreter's own symbols: libc's among them
         return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     except (OSError, AttributeError):  # not Linux, or no prctl
         return False
