@@ -64,6 +64,8 @@ class StreamSession:
         """Serve the call until the client half-closed and every request finished, or
         until the call is cancelled (then the requests in flight are cancelled)."""
         reader = self._reader = asyncio.create_task(self._read(requests))
+        if self._shutting_down:  # the server began to stop as the call came in
+            reader.cancel()
         try:
             write = self._context.write
             outbox = self._outbox
