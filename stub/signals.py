@@ -6,14 +6,15 @@ clean shutdown: it lets the stub finish what it runs and then asks it to `finali
 the stub itself must not die of it. Triton's stub does the same.
 
 A handler that does nothing, not SIG_IGN: an ignored signal stays ignored across exec, so
-processes the model starts (`subprocess`, workers) could then not be stopped with SIGTERM;
-a handler is reset to the default in them. Interrupted system calls are restarted
-(`siginterrupt(False)`); the few that never are (timed semaphore waits) are retried by
-shm/queue.py.
+processes the model starts (`subprocess`) could then not be stopped with SIGTERM; a
+handler is reset to the default at exec. A forked child (multiprocessing's workers) gets
+the defaults back too. Interrupted system calls are restarted (`siginterrupt(False)`); the
+few that never are (timed semaphore waits) are retried by shm/queue.py.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -27,3 +28,10 @@ def ignore_shutdown_signals() -> None:
     for signum in SHUTDOWN_SIGNALS:
         signal.signal(signum, _ignore)
         signal.siginterrupt(signum, False)
+    os.register_at_fork(after_in_child=_restore_defaults)
+
+
+def _restore_defaults() -> None:
+    """In a process the model forks: SIGINT raises KeyboardInterrupt, SIGTERM ends it."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

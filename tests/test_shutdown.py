@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from child_process import run_py
 from client_inputs import grpc_input, http_input
 from pbserve.testing import RunningServer
 from polling import wait_for
@@ -239,3 +240,29 @@ def test_streams_in_flight_finish_within_the_exit_timeout_then_the_stream_ends(t
     assert len(stream.errors) == 1 and stream.errors[0].status() == "StatusCode.UNAVAILABLE"
     assert "shutting down" in stream.errors[0].message()
     assert "still in flight" not in server.log_text()
+
+
+STUB_SIGNALS = r"""
+import os, signal, subprocess, sys, time
+from stub.signals import ignore_shutdown_signals
+
+ignore_shutdown_signals()
+os.kill(os.getpid(), signal.SIGTERM)
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(0.05)  # (a handler runs between bytecodes)
+pid = os.fork()
+if pid == 0:  # as multiprocessing's workers: the defaults are back
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+started = subprocess.run([sys.executable, "-c",
+                          "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"])
+assert started.returncode == -signal.SIGTERM, started.returncode
+print("alive")
+"""
+
+
+def test_a_stub_ignores_shutdown_signals_but_what_the_model_starts_does_not():
+    assert run_py(STUB_SIGNALS).strip() == "alive"
