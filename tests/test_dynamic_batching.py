@@ -298,3 +298,47 @@ async def test_a_priority_level_keeps_its_own_queue_policy_while_its_queue_is_em
     assert not first.done
     assert second.done and second.future.result().error.code.name == "UNAVAILABLE"
     assert "Exceeds maximum queue size" in second.future.result().error.message
+
+
+def failures(server, model: str) -> dict[str, int]:
+    """nv_inference_request_failure of `model`, by Triton's reason label."""
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:
+        text = reply.read().decode()
+    return {reason: int(float(count)) for reason, count in re.findall(
+        rf'nv_inference_request_failure{{model="{model}",reason="(\w+)",version="1"}} (\S+)',
+        text)}
+
+
+def test_a_request_timed_out_in_the_queue_is_a_rejected_failure(server, tmp_path):
+    before = failures(server, "queue_timeout")
+    assert set(before) == {"REJECTED", "CANCELED", "BACKEND", "OTHER"}
+    gate = Gate(tmp_path)
+    client = server.http_client(concurrency=2, network_timeout=WAIT_S)
+    first = client.async_infer("queue_timeout", [int_input(1)], parameters=gate.parameters)
+    try:
+        gate.wait_started()
+        with pytest.raises(InferenceServerException, match="Request timeout expired"):
+            client.infer("queue_timeout", [int_input(2)])
+    finally:
+        gate.open()
+    first.get_result(timeout=WAIT_S)
+    after = failures(server, "queue_timeout")
+    assert after == {**before, "REJECTED": before["REJECTED"] + 1}
+
+
+def test_batch_stats_count_the_batch_that_ran_not_the_requests(server):
+    """One request of batch 3 makes batch_gather's preferred batch by itself: Triton
+    reports an execution of batch size 3, not 1."""
+    client = server.http_client(network_timeout=WAIT_S)
+
+    def executions() -> dict[int, int]:
+        stats = client.get_inference_statistics("batch_gather")["model_stats"][0]
+        return {int(b["batch_size"]): int(b["compute_infer"]["count"])
+                for b in stats["batch_stats"]}
+
+    before = executions()
+    result = client.infer("batch_gather", [http_input("IN", np.array([[1], [2], [3]], np.int32))])
+    assert result.as_numpy("REQUESTS_IN_EXECUTE")[0][0] == 1
+    after = executions()
+    assert after.get(3, 0) == before.get(3, 0) + 1
+    assert after.get(1, 0) == before.get(1, 0)

@@ -112,6 +112,19 @@ def test_metrics_count_successes_exactly(server):
     assert success() == before + 3
 
 
+def test_an_execute_that_raises_is_a_backend_failure(server):
+    def failures() -> dict[str, float]:
+        text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+        prefix = 'nv_inference_request_failure{model="sleepy",reason="'
+        return {line[len(prefix):].split('"')[0]: float(line.split()[-1])
+                for line in text.splitlines() if line.startswith(prefix)}
+
+    before = failures()
+    with pytest.raises(InferenceServerException, match="sleep length must be non-negative"):
+        sleepy(server.http_client(), -1)
+    assert failures() == {**before, "BACKEND": before["BACKEND"] + 1}
+
+
 def test_killed_stub_fails_its_request_then_is_replaced(server):
     client = server.http_client()
     pid = sleepy(client, 0)

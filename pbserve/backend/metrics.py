@@ -6,6 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+# Triton's `reason` label of nv_inference_request_failure: refused by the scheduler
+# before execute (queue full, timed out, unloaded), cancelled, failed in the model or its
+# stub, anything else.
+REJECTED, CANCELED, BACKEND, OTHER = "REJECTED", "CANCELED", "BACKEND", "OTHER"
+FAILURE_REASONS = (REJECTED, CANCELED, BACKEND, OTHER)
+
 # (attribute, Prometheus family, help text, type), in Triton's names.
 _FAMILIES = (
     ("success", "nv_inference_request_success",
@@ -38,7 +44,7 @@ class ModelStats:
     model: str
     version: str
     success: int = 0
-    failure: int = 0
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     inference_count: int = 0
     exec_count: int = 0
     request_us: int = 0
@@ -52,10 +58,15 @@ class ModelStats:
     # batch size -> [executions, their total compute ns]
     batches: dict[int, list[int]] = field(default_factory=dict)
 
+    @property
+    def failure(self) -> int:
+        return sum(self.failures.values())
+
     def reset(self) -> None:
         for f in fields(self):
             if f.name not in ("model", "version"):
-                setattr(self, f.name, {} if f.name == "batches" else 0)
+                setattr(self, f.name, f.default_factory() if f.name in ("batches", "failures")
+                        else 0)
 
     def statistics(self) -> dict[str, Any]:
         """Triton's statistics extension entry for this model version (durations in ns;
@@ -93,6 +104,11 @@ def render(stats: list[ModelStats]) -> str:
         lines.append(f"# HELP {family} {help_text}")
         lines.append(f"# TYPE {family} {kind}")
         for s in stats:
+            if attr == "failure":  # one series per reason, as Triton
+                lines.extend(f'{family}{{model="{s.model}",reason="{reason}",'
+                             f'version="{s.version}"}} {count}'
+                             for reason, count in s.failures.items())
+                continue
             lines.append(f'{family}{{model="{s.model}",version="{s.version}"}} '
                          f"{getattr(s, attr)}")
     return "\n".join(lines) + "\n"

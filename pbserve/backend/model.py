@@ -12,6 +12,7 @@ from typing import AsyncIterator
 
 from pbserve.backend.execution_env import stub_python
 from pbserve.backend.instance import InstanceState, ModelInstance, RunningInstances
+from pbserve.backend import metrics
 from pbserve.backend.metrics import ModelStats
 from pbserve.backend.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
@@ -234,7 +235,7 @@ class Model:
             return
         pending.cancelled = True
         self.stats.pending -= 1
-        self.stats.failure += 1
+        self.stats.failures[metrics.CANCELED] += 1
         if pending.instance is not None:
             pending.instance.cancel(pending.key)
         elif self.scheduler is not None and self.scheduler.remove(pending):
@@ -354,7 +355,9 @@ class Model:
         stats.exec_count += 1
         now = time.monotonic_ns()
         if batch and batch[0].exec_start_ns:
-            figures = stats.batches.setdefault(len(batch), [0, 0])
+            # The batch that ran: its requests' batch dimensions added up, as Triton.
+            size = sum([max(pending.batch_size, 1) for pending in batch])
+            figures = stats.batches.setdefault(size, [0, 0])
             figures[0] += 1
             figures[1] += now - batch[0].exec_start_ns
         for pending in batch:
@@ -375,10 +378,19 @@ class Model:
             stats.success_us += took_us
             stats.inference_count += max(pending.batch_size, 1)  # no batching: 1 each
         else:
-            stats.failure += 1
+            stats.failures[_failure_reason(pending, response.error)] += 1
 
     def _error(self, pending: PendingRequest, error: ServerError) -> InferResponse:
         return InferResponse(self.name, self.version, pending.request.id, error=error)
+
+
+def _failure_reason(pending: PendingRequest, error: ServerError) -> str:
+    """Triton's reason label for a request that failed."""
+    if pending.cancelled or error.code == ErrorCode.CANCELLED:
+        return metrics.CANCELED
+    if not pending.exec_start_ns:
+        return metrics.REJECTED  # never reached execute
+    return metrics.BACKEND
 
 
 def _failed(response: InferResponse) -> InferResponse:
