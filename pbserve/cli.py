@@ -11,7 +11,9 @@ from pathlib import Path
 
 from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
+from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.server.grpc_server import start_grpc_server
+from pbserve.shutdown import shut_down
 from pbserve.server.http import start_http_server, start_metrics_server
 
 log = logging.getLogger("pbserve")
@@ -51,7 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-info", type=_bool, default=True)
     add("--log-warning", type=_bool, default=True)
     add("--log-error", type=_bool, default=True)
-    add("--exit-timeout-secs", type=int, default=30)
+    add("--exit-timeout-secs", type=float, default=30.0,
+        help="on SIGINT/SIGTERM: how long requests in flight may take to finish before "
+             "they are ended with an error and the models are unloaded")
+    add("--restart-wait-secs", type=float, default=RESTART_WAIT_S,
+        help="pbserve: how long requests queued for a model whose every instance is down "
+             "(its stub died, restarts fail) wait for one to come back before they fail "
+             "with UNAVAILABLE; new requests are then refused until one is back")
     add("--strict-readiness", type=_bool, default=True)
     add("--backend-config", action="append", default=[],
         help="<backend>,<setting>=<value>: python,default-max-batch-size=N is used; "
@@ -77,7 +85,8 @@ async def serve(args: argparse.Namespace) -> int:
                            config_sources=ConfigSources.from_files(
                                args.model_config_defaults, args.backend_config),
                            poll_secs=args.repository_poll_secs,
-                           allow_client_shm=args.allow_client_shm)
+                           allow_client_shm=args.allow_client_shm,
+                           restart_wait_s=args.restart_wait_secs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -100,12 +109,7 @@ async def serve(args: argparse.Namespace) -> int:
         await stop.wait()
         log.info("Signal received: shutting down")
     finally:
-        for server in servers:
-            await server.close()
-        try:
-            await asyncio.wait_for(manager.stop(), args.exit_timeout_secs)
-        except asyncio.TimeoutError:
-            log.error("models did not finish unloading within %d s", args.exit_timeout_secs)
+        await shut_down(servers, manager, args.exit_timeout_secs)
     return 0
 
 

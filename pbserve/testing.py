@@ -36,12 +36,15 @@ def free_ports(count: int) -> list[int]:
 
 class RunningServer:
     def __init__(self, repositories: Sequence[str | os.PathLike], args: Sequence[str] = (),
-                 log_path: str | os.PathLike | None = None) -> None:
+                 log_path: str | os.PathLike | None = None, launcher: Sequence[str] = ()
+                 ) -> None:
+        """`launcher`: a command the server runs under, e.g. `["unshare", "--pid",
+        "--fork"]`; it must stay in the server's process group."""
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        command = [sys.executable, "-m", "pbserve"]
+        command = [*launcher, sys.executable, "-m", "pbserve"]
         for repo in repositories:
             command += ["--model-repository", str(repo)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
@@ -75,9 +78,11 @@ class RunningServer:
         return "; log ends:\n" + self.log_path.read_text(errors="replace")[-3000:]
 
     def log_text(self) -> str:
+        """The server's log so far (all of it once stopped)."""
         if self.log_path is None:
             return ""
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def http_client(self, **kwargs):
@@ -91,9 +96,12 @@ class RunningServer:
         return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
 
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGINT, wait; SIGKILL the whole session if it does not end. Returns the status."""
+        """SIGINT to the server's process group (as Ctrl-C in a terminal: its stubs get it
+        too, and a launcher passes nothing on), wait; SIGKILL the whole session if it does
+        not end. Returns the status."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGINT)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -108,14 +116,14 @@ class RunningServer:
 @contextlib.contextmanager
 def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
                    log_path: str | os.PathLike | None = None,
-                   ready_timeout: float = 30.0, ready_path: str = "/v2/health/ready"
-                   ) -> Iterator[RunningServer]:
+                   ready_timeout: float = 30.0, ready_path: str = "/v2/health/ready",
+                   launcher: Sequence[str] = ()) -> Iterator[RunningServer]:
     """A ready pbserve serving `repositories`; stopped when the block ends.
 
     With a model that fails to load the server is live but never ready (Triton's strict
     readiness): pass `ready_path="/v2/health/live"` then; models load before it is live.
     """
-    server = RunningServer(repositories, args, log_path)
+    server = RunningServer(repositories, args, log_path, launcher)
     try:
         server.wait_ready(ready_timeout, ready_path)
         yield server

@@ -5,7 +5,8 @@ byte strings of any length up to the ring's size; each takes `ceil((4 + len) / S
 consecutive slots (a 4-byte little-endian length, then the bytes, wrapping around the
 end of the ring). The `empty` semaphore counts free slots and gives back-pressure: a
 producer waits for room. The `items` semaphore counts whole messages. Head and tail are
-private to producer and consumer, so the ring itself needs no lock.
+private to producer and consumer, so the ring itself needs no lock. A wait that a signal
+handler interrupts (EINTR) goes on, or ends a `get` with a timeout early (as a timeout).
 
 Every slot costs a semaphore operation on each side, so SLOT is sized for the common
 message (an EXECUTE or RESPONSES of a request or two, 100-250 bytes) to take one slot.
@@ -84,7 +85,10 @@ class MessageQueue:
                              f"capacity of {self.max_message} bytes")
         with self._put_lock:
             if need == 1 and timeout is None:
-                self._empty.acquire()  # the common case, without _reserve's bookkeeping
+                try:
+                    self._empty.acquire()  # the common case, without _reserve's bookkeeping
+                except posix_ipc.SignalError:  # a signal handler ran: wait on
+                    self._reserve(1, None)
             else:
                 self._reserve(need, timeout)
             start = self._head * SLOT
@@ -112,6 +116,8 @@ class MessageQueue:
             items.acquire(timeout)
         except posix_ipc.BusyError:
             return None
+        except posix_ipc.SignalError:  # a signal handler ran: early, as a timeout
+            return None if timeout is not None else self.get()
         except posix_ipc.ExistentialError:
             raise QueueClosed(self.name) from None
         start = self._tail * SLOT
@@ -141,8 +147,11 @@ class MessageQueue:
         taken = 0
         try:
             while taken < need:
-                self._empty.acquire(
-                    None if deadline is None else max(0.0, deadline - time.monotonic()))
+                try:
+                    self._empty.acquire(
+                        None if deadline is None else max(0.0, deadline - time.monotonic()))
+                except posix_ipc.SignalError:  # a signal handler ran: wait on
+                    continue
                 taken += 1
         except posix_ipc.BusyError:
             for _ in range(taken):

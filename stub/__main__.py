@@ -4,10 +4,14 @@ by the parent."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
-from stub.stub import Stub
+from stub.parent_death import die_with_parent
+from stub.signals import ignore_shutdown_signals
+
+# First of all, before the imports of the model's world below: a SIGTERM or Ctrl-C sent to
+# the server's process group must not kill a stub, even one still starting (stub/signals.py).
+ignore_shutdown_signals()
 
 
 def main() -> None:
@@ -21,9 +25,9 @@ def main() -> None:
     # A model sees no arguments, as in Triton's embedded interpreter: its own argparse or
     # unittest.main() must not read (and exit on) the stub's.
     sys.argv[:] = [""]
-    # The parent drives shutdown: a Ctrl-C sent to the whole process group must not
-    # kill a model in the middle of a request.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(args.parent_pid)
+    from stub.stub import Stub
+
     Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd).run()
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from shm.names import SHM_DIR, owner_of, process_alive
+from shm.names import SHM_DIR, owner_lock_name, owner_of, process_alive
 
 
 def _pbserve_entries() -> set[str]:
@@ -26,7 +26,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if an entry appeared that nobody alive owns (or that we own)."""
     me = os.getpid()
-    leaked = sorted(n for n in _pbserve_entries() - _BEFORE
+    mine = owner_lock_name()  # this process's lock file: removed when it exits
+    leaked = sorted(n for n in _pbserve_entries() - _BEFORE - {mine}
                     if (pid := owner_of(n)) is None or pid == me or not process_alive(pid))
     if leaked:
         print(f"\n/dev/shm holds {len(leaked)} pbserve entries the tests left behind:")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -11,9 +12,11 @@ import posix_ipc
 import pytest
 
 from shm.names import (
+    LOCK_SUFFIX,
     SHM_DIR,
     entries_with_prefix,
     new_prefix,
+    owner_lock_name,
     owner_of,
     sweep_dead_owners,
     unlink_entry,
@@ -60,9 +63,23 @@ def populate(prefix: str, closers: list) -> set[str]:
 
 def test_new_prefix_names_the_owner_and_is_unique():
     prefix = new_prefix()
-    assert re.fullmatch(rf"/pbserve-{os.getpid()}-[0-9a-f]{{16}}", prefix)
+    assert re.fullmatch(rf"/pbserve-{os.getpid()}-[0-9a-f]{{16}}-[0-9a-f]{{16}}", prefix)
     assert new_prefix() != prefix
     assert new_prefix(4242).startswith("/pbserve-4242-")
+
+
+def test_the_owner_holds_a_lock_file_named_by_its_key():
+    prefix = new_prefix()
+    key = prefix.lstrip("/").rsplit("-", 1)[0]
+    lock = os.path.join(SHM_DIR, key + LOCK_SUFFIX)
+    assert owner_lock_name() == key + LOCK_SUFFIX and os.path.exists(lock)
+    assert os.stat(lock).st_mode & 0o777 == 0o600
+    fd = os.open(lock, os.O_RDWR)  # a second open file: the lock conflicts even here
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
 
 
 def test_owner_of():

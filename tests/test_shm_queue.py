@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from child_process import run_py
 from shm.names import SHM_DIR, entries_with_prefix
 from shm.queue import SLOT, MessageQueue, QueueClosed, QueueFull
 
@@ -453,3 +454,40 @@ def test_a_consumer_woken_only_when_told_reads_every_message(make_queue):
     consumer.join(30)
     assert len(received) == per_thread * threads
     assert len(set(received)) == per_thread * threads
+
+
+SIGNALLED = r"""
+import signal, sys, threading, time
+from shm.queue import MessageQueue
+from stub.signals import ignore_shutdown_signals
+
+ignore_shutdown_signals()  # as in a stub: SIGTERM runs a handler that does nothing
+q = MessageQueue.create(sys.argv[1], 512)  # two slots
+main = threading.get_ident()
+
+def later(*steps):
+    def run():
+        for step in steps:
+            time.sleep(0.2)
+            step()
+    threading.Thread(target=run).start()
+
+def interrupt():
+    signal.pthread_kill(main, signal.SIGTERM)  # EINTR in the main thread's wait
+
+later(interrupt, lambda: q.put(b"after"))
+assert q.get() == b"after"                      # a wait without a timeout goes on
+later(interrupt)
+assert q.get(timeout=30) is None                # a timed one ends early, as a timeout
+q.put(b"1"); q.put(b"2")                        # full
+later(interrupt, lambda: q.get(timeout=0))
+q.put(b"3")                                     # a producer waiting for room goes on
+assert [q.get(timeout=0) for _ in range(3)] == [b"2", b"3", None]
+q.unlink(); q.close()
+print("ok")
+"""
+
+
+def test_a_signal_handler_interrupting_a_wait_is_not_an_error(prefix):
+    """A stub's SIGTERM handler (stub/signals.py) interrupts semaphore waits with EINTR."""
+    assert run_py(SIGNALLED, prefix).strip() == "ok"

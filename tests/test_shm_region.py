@@ -105,7 +105,9 @@ def test_too_large_a_request_is_shm_exhausted_and_leaves_no_name(prefix):
     fs = os.statvfs(SHM_DIR)
     if fs.f_blocks == 0:
         pytest.skip("/dev/shm has no size limit here")
-    too_big = fs.f_bavail * fs.f_frsize + (1 << 30)
+    # More than the whole file system, not more than its free space: what others use or
+    # free meanwhile cannot make it fit, and tmpfs refuses it before taking any page.
+    too_big = fs.f_blocks * fs.f_frsize + (1 << 20)
     with pytest.raises(ShmExhausted) as info:
         Region.create(prefix, too_big)
     message = str(info.value)

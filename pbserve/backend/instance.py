@@ -26,6 +26,9 @@ log = logging.getLogger("pbserve.backend")
 
 START_TIMEOUT_S = 60.0  # interpreter start-up to the stub's handshake
 FINALIZE_TIMEOUT_S = 30.0  # `finalize` of the model, then the process is killed
+# A stub still in `execute` when shutdown ended its requests (--exit-timeout-secs passed):
+# so long more for `execute` to return and `finalize` to run, then it is killed.
+ABANDONED_FINALIZE_S = 2.0
 RELEASE_DELAY_S = 0.005
 RESTART_PAUSE_S = 0.5  # after a failed restart; doubles up to the max
 RESTART_PAUSE_MAX_S = 30.0
@@ -70,7 +73,11 @@ class ModelInstance:
                  on_batch_done: Callable[[list[PendingRequest]], None],
                  model_log: logging.Logger, calls: "StubCalls",
                  python: str | None = None, refs: BlockRefs | None = None,
-                 running: RunningInstances | None = None) -> None:
+                 running: RunningInstances | None = None,
+                 on_down: Callable[["ModelInstance", str, bool], None] | None = None,
+                 on_up: Callable[["ModelInstance"], None] | None = None) -> None:
+        """`on_down(self, cause, restart_failed)`: the stub died, or starting a new one
+        failed; `on_up(self)`: a restarted stub is ready."""
         self.model_name = model_name
         self.model_version = model_version
         self.name = name
@@ -90,6 +97,8 @@ class ModelInstance:
         self._on_reschedule: Callable[[PendingRequest], None] | None = None
         self._on_requeue: Callable[[list[PendingRequest]], None] | None = None
         self._on_batch_done = on_batch_done
+        self._on_down = on_down or (lambda instance, cause, restart_failed: None)
+        self._on_up = on_up or (lambda instance: None)
         self._model_log = model_log
         self._stub: StubProcess | None = None
         self._inflight: dict[int, PendingRequest] = {}
@@ -98,6 +107,8 @@ class ModelInstance:
         self._waiter: asyncio.Future | None = None
         self._frees: list[tuple[str, int]] = []
         self._flush_scheduled = False
+        self._retired = False  # unloading or shutting down: a dead stub is not replaced
+        self._abandoned = False  # its requests were ended while its stub still ran them
         self._loop = asyncio.get_running_loop()
         self._running = running or RunningInstances()
         self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
@@ -212,7 +223,8 @@ class ModelInstance:
             try:
                 self._flush_frees()
                 stub.send((p.FINALIZE,))
-                await self._expect(p.FINALIZED, "finalize", FINALIZE_TIMEOUT_S)
+                await self._expect(p.FINALIZED, "finalize", ABANDONED_FINALIZE_S
+                                   if self._abandoned else FINALIZE_TIMEOUT_S)
             except ServerError as err:
                 log.warning("%s", err.message)
             if not await stub.wait_exit(5.0):
@@ -222,6 +234,19 @@ class ModelInstance:
                             f"was unloaded", ErrorCode.UNAVAILABLE)
         await self._discard_stub()
         self.state = InstanceState.STOPPED
+
+    def end_requests(self, error: ServerError) -> int:
+        """Shutdown's time is up: every request sent to the stub gets `error` now (the
+        stub may still be running them; `stop` then gives it little time). How many."""
+        count = len(self._inflight)
+        self._abandoned = self.busy or bool(self._inflight)
+        self._fail_inflight(error.message, error.code)
+        return count
+
+    def retire(self) -> None:
+        """The model is being unloaded (or the server stops): what runs goes on, but a
+        stub that dies from now on is not replaced, and a restart under way gives up."""
+        self._retired = True
 
     async def _discard_stub(self) -> None:
         stub, self._stub = self._stub, None
@@ -244,30 +269,48 @@ class ModelInstance:
             return  # starting or stopping: the waiting coroutine deals with it
         message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "
                    f"while model '{self.model_name}' was running")
-        log.error("%s; restarting it", message)
         self._requeue_waiting()
         self._fail_inflight(message, ErrorCode.INTERNAL)
+        if self._retired:
+            log.error("%s; not restarted: the model is being unloaded or the server stops",
+                      message)
+            self.state = InstanceState.STOPPING  # `stop` finds the stub gone
+            return
+        log.error("%s; restarting it", message)
         self.state = InstanceState.RESTARTING
+        self._on_down(self, message, False)
         self._loop.create_task(self._restart())
 
     async def _restart(self) -> None:
-        """Start a new stub; if that fails, try again with a growing pause (queued
-        requests wait), until it works or the model is unloaded."""
+        """Start a new stub; if that fails, whatever the cause (initialize raised, the
+        interpreter is gone, no file descriptors left), try again with a growing pause,
+        until it works or the model is unloaded. Queued requests wait (bounded by the
+        model's outage.py)."""
         pause = RESTART_PAUSE_S
         while True:
+            if self._retired:
+                return  # shutting down: `stop` ends what is left
             await self._discard_stub()
             self.restarts += 1
             try:
                 await self.start()
                 break
-            except ServerError as err:
+            except Exception as err:  # noqa: BLE001 - every failure is tried again
+                cause = err.message if isinstance(err, ServerError) else \
+                    f"{type(err).__name__}: {err}"
+                if self._retired:
+                    return
                 log.error("restart of '%s' failed: %s; trying again in %.1f s", self.name,
-                          err.message, pause)
-            self.state = InstanceState.RESTARTING
+                          cause, pause)
+                self.state = InstanceState.RESTARTING
+                self._on_down(self, cause, True)
             await asyncio.sleep(pause)
             if self.state is not InstanceState.RESTARTING:
                 return  # unloaded meanwhile
             pause = min(pause * 2, RESTART_PAUSE_MAX_S)
+        log.info("model instance '%s' of model '%s' is running again", self.name,
+                 self.model_name)
+        self._on_up(self)
         self._on_idle(self)
 
     def _requeue_waiting(self) -> None:

@@ -24,6 +24,7 @@ from pbserve.backend.file_override import (
     remove_override, sweep_dead_overrides, write_override)
 from pbserve.backend.gpus import visible_gpus
 from pbserve.backend.instance import RunningInstances
+from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import (
     check_model_name, find_model, scan_repositories, served_versions)
@@ -69,7 +70,10 @@ class ModelManager:
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
                  config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
-                 allow_client_shm: bool = True) -> None:
+                 allow_client_shm: bool = True, restart_wait_s: float = RESTART_WAIT_S
+                 ) -> None:
+        """`restart_wait_s`: how long requests wait for a model none of whose instances
+        can run (outage.py)."""
         if control_mode not in ("none", "explicit", "poll"):
             raise invalid_arg(f"unsupported model control mode '{control_mode}'")
         self.repositories = [Path(r).resolve() for r in repositories]
@@ -77,6 +81,7 @@ class ModelManager:
         self.startup_models = list(startup_models or [])
         self.auto_complete = auto_complete
         self.config_sources = config_sources or ConfigSources()
+        self.restart_wait_s = restart_wait_s
         self._poller = RepositoryPoller(
             self.repositories, poll_secs, self._poll_load, self._poll_unload,
             lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint}
@@ -117,8 +122,22 @@ class ModelManager:
             return list(scanned.models)
         return list(dict.fromkeys(self.startup_models))
 
+    def begin_stop(self) -> None:
+        """Shutdown has begun: requests in flight go on, but no stub that dies from now on
+        is restarted (a signal to the whole process group must not look like a crash)."""
+        for entry in self._entries.values():
+            for model in entry.versions.values():
+                model.retire()
+
+    def end_requests(self, error: ServerError) -> int:
+        """Shutdown's time is up (`--exit-timeout-secs`): every request still queued or
+        running gets `error`, which the frontends deliver. How many there were."""
+        return sum(model.end_requests(error) for entry in self._entries.values()
+                   for model in entry.versions.values())
+
     async def stop(self) -> None:
         """Unload every model (finalize runs), then remove the parent's shm."""
+        self.begin_stop()
         self._live = False
         if self._poller is not None:
             await self._poller.stop()
@@ -346,7 +365,7 @@ class ModelManager:
         loaded: dict[str, Model] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
-                          self._calls, self._running)
+                          self._calls, self._running, self.restart_wait_s)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

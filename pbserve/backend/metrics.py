@@ -1,4 +1,5 @@
-"""Triton's per-model inference counters and their Prometheus text exposition."""
+"""Triton's per-model inference counters and their Prometheus text exposition (and
+pbserve's count of failed stub restarts)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ _FAMILIES = (
      "requests)", "counter"),
     ("pending", "nv_inference_pending_request_count",
      "Instantaneous number of pending requests awaiting execution per-model.", "gauge"),
+    # pbserve's own (Triton does not restart a stub that died, so it has none).
+    ("restart_failures", "pbserve_stub_restart_failures",
+     "Number of failed attempts to restart a model instance's stub process", "counter"),
 )
 
 
@@ -47,6 +51,7 @@ class ModelStats:
     queue_us: int = 0
     compute_infer_us: int = 0
     pending: int = 0
+    restart_failures: int = 0
     success_us: int = 0
     executed: int = 0  # requests that reached execute (queue/compute figures count these)
     last_inference_ms: int = 0

@@ -16,6 +16,7 @@ from pbserve.backend import metrics
 from pbserve.backend.metrics import ModelStats
 from pbserve.backend.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
+from pbserve.backend.outage import RESTART_WAIT_S, Outage
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduler import Scheduler
 from pbserve.backend.sequence_batcher import SequenceBatcher
@@ -35,7 +36,8 @@ _keys = itertools.count(1)
 class Model:
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
                  refs: BlockRefs, regions: RegionMap, calls: StubCalls,
-                 running: RunningInstances | None = None) -> None:
+                 running: RunningInstances | None = None,
+                 restart_wait_s: float = RESTART_WAIT_S) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -52,6 +54,7 @@ class Model:
         self._log = logging.getLogger(f"pbserve.model.{name}")
         self.scheduler: Scheduler | SequenceBatcher | None = None
         self.instances: list[ModelInstance] = []
+        self._outage = Outage(name, restart_wait_s, self._fail_queued)
 
     @property
     def model_path(self) -> Path:
@@ -61,6 +64,8 @@ class Model:
         """Why the loaded model is not ready (Triton's words), None when it is: readiness
         follows the stubs (a dead or restarting one makes the model not ready), then
         asks the model's own `is_ready()` in every instance, if it has one."""
+        if self._outage.error is not None:  # no instance could come back in time
+            return self._outage.error.message
         if not self.instances:
             return "the model has no instances"
         for instance in self.instances:
@@ -118,7 +123,8 @@ class Model:
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
                     model_log=self._log, calls=self._calls, python=self._python,
-                    refs=self._refs, running=self._running))
+                    refs=self._refs, running=self._running, on_down=self._instance_down,
+                    on_up=self._instance_up))
         self.scheduler.instances = self.instances
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
@@ -143,8 +149,42 @@ class Model:
             return SequenceBatcher(cfg, self.add_control_tensor)
         return Scheduler(cfg)
 
+    def retire(self) -> None:
+        """Unloading or shutting down: no instance is restarted from now on."""
+        for instance in self.instances:
+            instance.retire()
+
+    def _instance_down(self, instance: ModelInstance, cause: str, restart_failed: bool
+                       ) -> None:
+        """An instance's stub died, or a restart of it failed: with no instance left to
+        run, queued requests wait for one only so long (outage.py)."""
+        if restart_failed:
+            self.stats.restart_failures += 1
+        if not any(i.state is InstanceState.READY for i in self.instances):
+            self._outage.begin(cause)
+
+    def _instance_up(self, instance: ModelInstance) -> None:
+        self._outage.end()
+
+    def _fail_queued(self, error: ServerError) -> None:
+        """The outage lasted too long: what is queued gets `error`."""
+        if self.scheduler is not None:
+            for pending in self.scheduler.take_queued():
+                pending.deliver(self._error(pending, error))
+
+    def end_requests(self, error: ServerError) -> int:
+        """Shutdown's time is up: what is queued or running gets `error`. How many."""
+        count = 0
+        if self.scheduler is not None:
+            for pending in self.scheduler.take_queued():
+                pending.deliver(self._error(pending, error))
+                count += 1
+        return count + sum(i.end_requests(error) for i in self.instances)
+
     async def unload(self) -> None:
         """Fail what is queued, finalize every instance (their in-flight work first)."""
+        self.retire()
+        self._outage.end()
         if self.scheduler is not None:
             for pending in self.scheduler.drain():
                 pending.deliver(self._error(pending, ServerError(
@@ -232,6 +272,8 @@ class Model:
                 ) -> PendingRequest:
         """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
         shm (a BLS call's, in the caller's pool): they are passed on, not copied."""
+        if self._outage.error is not None:
+            raise self._outage.error
         batch_size = self._validator.validate(request)
         output_shm = None
         if request.output_shm:

@@ -345,6 +345,10 @@ class Scheduler:
             return True
         return False
 
+    def take_queued(self) -> list[PendingRequest]:
+        """Take every queued request (no instance can run them); the queue goes on."""
+        return self.drain()
+
     def drain(self) -> list[PendingRequest]:
         """Take every queued request (the model is going away)."""
         queued = list(self._in_order())

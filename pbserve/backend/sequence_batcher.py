@@ -240,6 +240,23 @@ class SequenceBatcher:
         self.dispatch()
         return True
 
+    def take_queued(self) -> list[PendingRequest]:
+        """Take every queued request (no instance can run them): their sequences end, as
+        when a client is gone, and their slots go to the next; the batcher goes on."""
+        taken: list[PendingRequest] = []
+        sequences = [slot.seq for slots in self._slots.values() for slot in slots
+                     if slot.seq is not None]
+        for seq in sequences + list(self._backlog):
+            if not seq.queue:
+                continue
+            for entry in seq.queue:
+                self._entries.pop(entry.pending.key, None)
+                taken.append(entry.pending)
+            seq.queue.clear()
+            self._end(seq, CLIENT_GONE)
+            self._release_if_done(seq)
+        return taken
+
     def drain(self) -> list[PendingRequest]:
         """The model is going away: every queued request, and the eviction notice
         ("unload") for each live sequence its instance has seen."""

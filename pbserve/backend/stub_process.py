@@ -96,19 +96,30 @@ class StubProcess:
         self._loop = loop
         self._on_messages = on_messages
         self._on_exit = on_exit
-        main, control, up = queue_names(self.prefix)
-        self.main_q = MessageQueue.create(main, queue_capacity)
-        self.control_q = MessageQueue.create(control, queue_capacity)
-        self.up_q = MessageQueue.create(up, queue_capacity)
         self._closing = False
         self._exited = threading.Event()
         self.returncode: int | None = None
-        self._doorbell = Doorbell()
-        self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", "stub", "--prefix", self.prefix,
-             "--parent-pid", str(os.getpid()), "--name", instance_name,
-             "--doorbell-fd", str(self._doorbell.fd)],
-            env=stub_environment(), stdin=subprocess.DEVNULL, pass_fds=(self._doorbell.fd,))
+        queues: list[MessageQueue] = []
+        doorbell = None
+        try:  # what a failed start made (no interpreter, no fds left) is removed here
+            for name in queue_names(self.prefix):
+                queues.append(MessageQueue.create(name, queue_capacity))
+            doorbell = Doorbell()
+            self.proc = subprocess.Popen(
+                [python or sys.executable, "-m", "stub", "--prefix", self.prefix,
+                 "--parent-pid", str(os.getpid()), "--name", instance_name,
+                 "--doorbell-fd", str(doorbell.fd)],
+                env=stub_environment(), stdin=subprocess.DEVNULL, pass_fds=(doorbell.fd,))
+        except BaseException:
+            for queue in queues:
+                queue.unlink()
+                queue.close()
+            if doorbell is not None:
+                doorbell.close()
+            unlink_prefix(self.prefix)
+            raise
+        self.main_q, self.control_q, self.up_q = queues
+        self._doorbell = doorbell
         self.pid = self.proc.pid
         loop.add_reader(self._doorbell.fd, self._drain)
         self._watcher = threading.Thread(target=self._watch, daemon=True,

@@ -29,13 +29,18 @@ CLOSE_GRACE_S = 5.0
 class GrpcServer:
     """A started grpc.aio server; `close()` stops it."""
 
-    def __init__(self, server: grpc.aio.Server, port: int) -> None:
+    def __init__(self, server: grpc.aio.Server, port: int,
+                 servicer: InferenceServicer | None = None) -> None:
         self._server = server
+        self._servicer = servicer
         self.port = port  # the bound port (useful when started on port 0)
 
     async def close(self, grace: float = CLOSE_GRACE_S) -> None:
         """Refuse new calls, give those in progress `grace` seconds, then cancel them
-        (open streams' requests are cancelled with them)."""
+        (open streams' requests are cancelled with them). Open streams read no more
+        requests: each ends with UNAVAILABLE once its requests have answered."""
+        if self._servicer is not None:
+            self._servicer.stop_streams()
         await self._server.stop(grace)
 
 
@@ -54,7 +59,8 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])
-    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(core), server)
+    servicer = InferenceServicer(core)
+    add_GRPCInferenceServiceServicer_to_server(servicer, server)
     target = _target(host, port)
     try:
         bound = server.add_insecure_port(target)
@@ -64,4 +70,4 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         raise OSError(f"failed to bind the gRPC server to {target}")
     await server.start()
     log.info("gRPC server listening on %s", _target(host, bound))
-    return GrpcServer(server, bound)
+    return GrpcServer(server, bound, servicer)

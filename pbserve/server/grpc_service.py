@@ -63,6 +63,8 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     def __init__(self, core: InferenceCore) -> None:
         self._core = core
+        self._sessions: set[StreamSession] = set()  # ModelStreamInfer calls open now
+        self._stopping = False
 
     async def _answer(self, context: grpc.aio.ServicerContext, rpc: str,
                       produce: Callable[[], Any]) -> Any:
@@ -92,7 +94,20 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: grpc.aio.ServicerContext) -> None:
-        await StreamSession(self._core, context).run(request_iterator)
+        session = StreamSession(self._core, context)
+        self._sessions.add(session)
+        try:
+            if self._stopping:
+                session.stop_reading()
+            await session.run(request_iterator)
+        finally:
+            self._sessions.discard(session)
+
+    def stop_streams(self) -> None:
+        """Shutdown: open streams read no more requests and end once theirs answered."""
+        self._stopping = True
+        for session in list(self._sessions):
+            session.stop_reading()
 
     # -- health and metadata -------------------------------------------------------------
     async def ServerLive(self, request: pb.ServerLiveRequest,

@@ -12,7 +12,10 @@ allows one write at a time). What Triton's stream handler does, and so this does
   open for the other requests;
 * when the client half-closes, the requests in flight finish, then the call ends OK;
 * when the call is cancelled (client cancel, deadline, server stop), the tasks of the
-  requests in flight are cancelled.
+  requests in flight are cancelled;
+* when the server shuts down (`stop_reading`), no more requests are read; once those in
+  flight have answered (or shutdown has ended them with an error), the call ends with
+  UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pbserve.server.grpc_codec import (
 log = logging.getLogger("pbserve.grpc")
 
 _END = None  # the outbox item that ends the call
+SHUTTING_DOWN = "the server is shutting down: this stream takes no more requests"
 
 
 class StreamSession:
@@ -50,6 +54,8 @@ class StreamSession:
         self._outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
         self._reading = True
+        self._reader: asyncio.Task | None = None
+        self._shutting_down = False
         # Completion of the latest non-decoupled request: the next one waits for it
         # before it queues its response, so they go out in arrival order.
         self._ordered_tail: asyncio.Future | None = None
@@ -57,7 +63,9 @@ class StreamSession:
     async def run(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
         """Serve the call until the client half-closed and every request finished, or
         until the call is cancelled (then the requests in flight are cancelled)."""
-        reader = asyncio.create_task(self._read(requests))
+        reader = self._reader = asyncio.create_task(self._read(requests))
+        if self._shutting_down:  # the server began to stop as the call came in
+            reader.cancel()
         try:
             write = self._context.write
             outbox = self._outbox
@@ -66,6 +74,9 @@ class StreamSession:
                 if message is _END:
                     break
                 await write(message)
+            if self._shutting_down:
+                self._context.set_code(grpc.StatusCode.UNAVAILABLE)
+                self._context.set_details(SHUTTING_DOWN)
         finally:
             tasks = [reader, *self._tasks]
             for task in tasks:
@@ -85,6 +96,15 @@ class StreamSession:
             self._outbox.put_nowait(_END)
             return
         self._reading = False
+        self._maybe_end()
+
+    def stop_reading(self) -> None:
+        """The server shuts down: read no more requests, end the call (UNAVAILABLE) once
+        those in flight have answered."""
+        self._shutting_down = True
+        self._reading = False
+        if self._reader is not None:
+            self._reader.cancel()
         self._maybe_end()
 
     def _start(self, request: pb.ModelInferRequest) -> None:
