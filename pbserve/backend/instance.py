@@ -269,7 +269,8 @@ class ModelInstance:
             return  # starting or stopping: the waiting coroutine deals with it
         message = (f"Stub process '{self.name}' is not healthy: it exited with {status} "
                    f"while model '{self.model_name}' was running")
-        self._requeue_waiting()
+        if not self._retired:  # else no stub comes back to run them
+            self._requeue_waiting()
         self._fail_inflight(message, ErrorCode.INTERNAL)
         if self._retired:
             log.error("%s; not restarted: the model is being unloaded or the server stops",
