@@ -16,7 +16,7 @@ from pbserve.backend.execution_env import unpacked
 from pbserve.backend.private_dir import UntrustedDirectory, check_private, private_dir
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.testing import running_server
-from tests.client_inputs import http_input
+from client_inputs import http_input
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
 NOBODY = 65534

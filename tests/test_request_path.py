@@ -7,8 +7,10 @@ it starts never runs."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,8 @@ from tritonclient.utils import InferenceServerException
 
 from pbserve.backend.instance import REPLY_SPIN_NS
 from pbserve.testing import load_models, running_server
-from tests.client_inputs import http_input
+from client_inputs import http_input
+from polling import wait_for
 
 MODELS = Path(__file__).resolve().parent / "models"
 
@@ -73,12 +76,12 @@ def _infer_in_thread(models, ms: int, results: list, **kwargs) -> threading.Thre
     return thread
 
 
-def _wait_until(condition, what: str) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"never happened: {what}")
+def pending_requests(server) -> int:
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:
+        text = reply.read().decode()
+    found = re.search(r'nv_inference_pending_request_count{model="sleepy",version="1"} (\d+)',
+                      text)
+    return int(found.group(1)) if found else 0
 
 
 def test_a_killed_stub_costs_only_its_running_request_not_the_one_queued_behind_it():
@@ -88,9 +91,9 @@ def test_a_killed_stub_costs_only_its_running_request_not_the_one_queued_behind_
         running: list = []
         behind: list = []
         t1 = _infer_in_thread(models, 3000, running)
-        _wait_until(lambda: _queued_ahead(models) == 1, "the first request running")
+        wait_for(lambda: _queued_ahead(models) == 1, "the first request running")
         t2 = _infer_in_thread(models, 0, behind)
-        _wait_until(lambda: _queued_ahead(models) == 2, "the second queued in the stub")
+        wait_for(lambda: _queued_ahead(models) == 2, "the second queued in the stub")
         os.kill(pid, signal.SIGKILL)
         t1.join(30)
         t2.join(30)
@@ -110,7 +113,8 @@ def test_a_request_whose_timeout_passes_while_queued_in_the_stub_is_not_executed
         for _ in range(20):  # short hops: the instance may queue a request ahead
             client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))])
         first = client.async_infer("sleepy", [http_input("SLEEP_MS", np.array([1000], np.int32))])
-        threading.Event().wait(0.2)  # ordering only: the first is running by then
+        # Submitted is running: the instance was idle, so it was sent at once.
+        wait_for(lambda: pending_requests(server) == 1, "the first request to run")
         with pytest.raises(InferenceServerException, match="request for model 'sleepy' was cancelled"):
             client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))],
                          timeout=200_000)
