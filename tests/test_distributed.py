@@ -239,3 +239,50 @@ def _busy_stubs(c: Cluster) -> int:
                 with open(f"/proc/{pid}/wchan") as f:
                     busy += f.read() == "hrtimer_nanosleep"
     return busy
+
+
+def _failures(plane: Cluster, model: str) -> int:
+    """nv_inference_request_failure of `model`, summed over the workers."""
+    import urllib.request
+
+    total = 0
+    for worker in plane.workers.values():
+        text = urllib.request.urlopen(worker.metrics_url, timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith("nv_inference_request_failure{") and f'model="{model}"' in line:
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_a_stream_closed_with_cancel_requests_cancels_the_request_on_its_worker(plane):
+    before = _failures(plane, "repeat")
+    client = plane.frontend.grpc_client()
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    tensor = grpcclient.InferInput("IN", [100], "INT32")
+    tensor.set_data_from_numpy(np.arange(100, dtype=np.int32))
+    delay = grpcclient.InferInput("DELAY", [1], "UINT32")
+    delay.set_data_from_numpy(np.array([50], np.uint32))
+    client.async_stream_infer("repeat", [tensor, delay])
+    first = results.get(timeout=10)
+    assert not isinstance(first, Exception), first
+    client.stop_stream(cancel_requests=True)
+    # The worker's model stops early: the request ends as cancelled (a failure there).
+    wait_for(lambda: _failures(plane, "repeat") == before + 1)
+
+
+def test_a_request_too_large_for_the_plane_is_refused_with_a_clear_error(plane):
+    # Tensors travel inline; NATS's default max payload is 1 MiB (the data plane for
+    # large tensors is not done yet).
+    client = plane.frontend.grpc_client()
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    try:
+        tensor = grpcclient.InferInput("IN", [400_000], "INT32")
+        tensor.set_data_from_numpy(np.zeros(400_000, np.int32))
+        client.async_stream_infer("repeat", [tensor])
+        error = results.get(timeout=10)
+    finally:
+        client.stop_stream()
+    assert isinstance(error, InferenceServerException)
+    assert "exceeds the request plane's max payload" in error.message()
