@@ -205,7 +205,11 @@ class _Feed:
         while True:
             await self._room.wait()
             try:
-                msgs = await self._sub.fetch(self.capacity - len(self._inflight), PULL_S)
+                # One at a time: a pull for one message leaves no pull behind on the
+                # server once it is answered, and returns as soon as it is (a larger
+                # batch waits for all of it, then leaves a pull that may hand this
+                # worker a message after it became busy).
+                msgs = await self._sub.fetch(1, PULL_S)
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 continue
             except nats.errors.Error as err:  # the plane is away: try again soon
