@@ -117,17 +117,18 @@ class PlaneCore:
 
     # -- inference ---------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        async with contextlib.aclosing(self._call(request, stream=False)) as responses:
+        payload = self._encode(request, stream=False)
+        async with contextlib.aclosing(self._call(request.model_name, payload)) as responses:
             async for response in responses:
                 return response
         raise ServerError(ErrorCode.INTERNAL, "no response from the worker")
 
     def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        return self._call(request, stream=True)
+        """Refuses an unknown model or a bad request at once, as the local manager."""
+        return self._call(request.model_name, self._encode(request, stream=True))
 
-    async def _call(self, request: InferRequest, stream: bool) -> AsyncIterator[InferResponse]:
-        model = request.model_name
-        self._entry(model, request.model_version)
+    def _encode(self, request: InferRequest, stream: bool) -> bytes:
+        self._entry(request.model_name, request.model_version)
         if request.uses_shm:
             raise ServerError(ErrorCode.UNSUPPORTED, "shared memory regions are not "
                               "available through a pbserve frontend")
@@ -137,6 +138,10 @@ class PlaneCore:
                               f"exceeds the request plane's max payload of "
                               f"{self._nc.max_payload} bytes (large tensors need the data "
                               f"plane, not done yet)")
+        return payload
+
+    async def _call(self, model: str, payload: bytes) -> AsyncIterator[InferResponse]:
+        """Publish the request, then yield its responses until the final one."""
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
         worker, done = "", False
