@@ -49,7 +49,7 @@ class Node:
                 worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
                 await worker.start()
                 return cls(nc, worker, None, None)
-            view = RegistryView(kv, refresh_s=heartbeat_s / 2)
+            view = RegistryView(kv, ttl_s=TTL_BEATS * heartbeat_s)
             await view.start()
             return cls(nc, None, PlaneCore(nc, js, view, check_s=heartbeat_s / 2), view)
         except BaseException:

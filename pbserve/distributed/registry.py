@@ -3,22 +3,24 @@
 A worker puts one entry per model of its repository, key `<model>.<worker>`, value JSON
 {"worker", "model", "versions", "state", "reason", "config", "metadata"}; the bucket's
 TTL drops an entry its worker stopped refreshing (killed, cut off), and a worker that
-exits deletes its own. A frontend reads the whole bucket every `refresh_s`: a worker
-whose entries are gone is gone.
+exits deletes its own. A frontend follows the bucket (RegistryView): a worker whose
+entries are gone is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import time
 from typing import Any
 
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import StorageType
-from nats.js.errors import BadRequestError, KeyNotFoundError
-from nats.js.kv import KeyValue
+from nats.js.errors import BadRequestError
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from pbserve.distributed.request_plane import token
 
@@ -68,43 +70,59 @@ class Registry:
 
 
 class RegistryView:
-    """A frontend's copy of the bucket, refreshed in the background."""
+    """A frontend's copy of the bucket, following it with a watcher.
 
-    def __init__(self, kv: KeyValue, refresh_s: float) -> None:
+    The bucket's TTL writes no delete marker when it drops an entry, so the view applies
+    the TTL itself: an entry not put again within `ttl_s` of the last put it saw (by
+    this process's clock) is gone, as it soon is from the bucket.
+    """
+
+    def __init__(self, kv: KeyValue, ttl_s: float) -> None:
         self._kv = kv
-        self._refresh_s = refresh_s
-        self.entries: list[Entry] = []
+        self._ttl_s = ttl_s
+        self._seen: dict[str, tuple[float, Entry]] = {}  # key -> (when put, entry)
+        self._watcher = None
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        await self.refresh()
-        self._task = asyncio.create_task(self._run(), name="pbserve-registry")
+        """Returns once the bucket's current entries are in the view."""
+        self._watcher = await self._kv.watchall()
+        while (update := await self._watcher.updates(timeout=10)) is not None:
+            self._apply(update)
+        self._task = asyncio.create_task(self._follow(), name="pbserve-registry")
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._watcher is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._watcher.stop()
 
-    async def _run(self) -> None:
+    async def _follow(self) -> None:
+        assert self._watcher is not None
         while True:
-            await asyncio.sleep(self._refresh_s)
             try:
-                await self.refresh()
-            except (nats.errors.Error, asyncio.TimeoutError) as err:
-                log.warning("registry not read: %s", err)
+                update = await self._watcher.updates(timeout=60)
+            except nats.errors.TimeoutError:
+                continue
+            if update is not None:
+                self._apply(update)
 
-    async def refresh(self) -> None:
-        watcher = await self._kv.watchall(ignore_deletes=True)
-        entries = []
+    def _apply(self, update: Any) -> None:
+        if update.operation in (KV_DEL, KV_PURGE) or not update.value:
+            self._seen.pop(update.key, None)
+            return
         try:
-            while (update := await watcher.updates(timeout=5)) is not None:
-                if update.value:
-                    entries.append(json.loads(update.value))
-        except KeyNotFoundError:
-            pass
-        finally:
-            await watcher.stop()
-        self.entries = entries
+            self._seen[update.key] = (time.monotonic(), json.loads(update.value))
+        except ValueError:
+            log.warning("registry entry '%s' is not JSON: ignored", update.key)
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The live entries (put within the TTL)."""
+        oldest = time.monotonic() - self._ttl_s
+        return [entry for when, entry in self._seen.values() if when >= oldest]
 
     @property
     def workers(self) -> set[str]:
