@@ -290,3 +290,36 @@ def test_a_request_too_large_for_the_plane_is_refused_with_a_clear_error(plane):
         client.stop_stream()
     assert isinstance(error, InferenceServerException)
     assert "exceeds the request plane's max payload" in error.message()
+
+
+def _successes(plane: Cluster, model: str) -> int:
+    """nv_inference_request_success of `model`, summed over the workers."""
+    import urllib.request
+
+    total = 0
+    for worker in plane.workers.values():
+        text = urllib.request.urlopen(worker.metrics_url, timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith("nv_inference_request_success{") and f'model="{model}"' in line:
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_a_request_whose_timeout_passes_in_the_plane_fails_and_is_never_run(plane):
+    before = _successes(plane, "sleepy")
+    client = plane.frontend.http_client(concurrency=3)
+    # Both workers busy (one sleepy instance each), then one more with a timeout.
+    busy = [client.async_infer("sleepy", [_sleepy_input(httpclient, 1500)])
+            for _ in range(2)]
+    time.sleep(0.3)
+    late = client.async_infer("sleepy", [_sleepy_input(httpclient, 0)], timeout=100_000)
+    with pytest.raises(InferenceServerException, match="Request timeout expired") as err:
+        late.get_result()
+    assert err.value.status() == "503"
+    for pending in busy:
+        pending.get_result()
+    # The next request is pulled after the timed-out one: once it is answered, the
+    # timed-out one was dropped, not run.
+    client.infer("sleepy", [_sleepy_input(httpclient, 0)])
+    client.infer("sleepy", [_sleepy_input(httpclient, 0)])
+    assert _successes(plane, "sleepy") == before + 4

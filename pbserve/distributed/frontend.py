@@ -10,6 +10,7 @@ broadcasts a cancellation the worker passes on to the model.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, AsyncIterator
 
 import nats.errors
@@ -118,14 +119,16 @@ class PlaneCore:
     # -- inference ---------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         payload = self._encode(request, stream=False)
-        async with contextlib.aclosing(self._call(request.model_name, payload)) as responses:
+        call = self._call(request.model_name, payload, request.timeout_us)
+        async with contextlib.aclosing(call) as responses:
             async for response in responses:
                 return response
         raise ServerError(ErrorCode.INTERNAL, "no response from the worker")
 
     def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """Refuses an unknown model or a bad request at once, as the local manager."""
-        return self._call(request.model_name, self._encode(request, stream=True))
+        return self._call(request.model_name, self._encode(request, stream=True),
+                          request.timeout_us)
 
     def _encode(self, request: InferRequest, stream: bool) -> bytes:
         self._entry(request.model_name, request.model_version)
@@ -140,8 +143,11 @@ class PlaneCore:
                               f"plane, not done yet)")
         return payload
 
-    async def _call(self, model: str, payload: bytes) -> AsyncIterator[InferResponse]:
-        """Publish the request, then yield its responses until the final one."""
+    async def _call(self, model: str, payload: bytes, timeout_us: int = 0
+                    ) -> AsyncIterator[InferResponse]:
+        """Publish the request, then yield its responses until the final one. A request
+        no worker took within its `timeout_us` fails as a queued one does locally."""
+        deadline = time.monotonic() + timeout_us / 1e6 if timeout_us else None
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
         worker, done = "", False
@@ -153,10 +159,15 @@ class PlaneCore:
                 raise unavailable(f"request plane unavailable for model '{model}': "
                                   f"{err or type(err).__name__}") from None
             while not done:
+                wait = self._check_s
+                if not worker and deadline is not None:
+                    wait = max(0.001, min(wait, deadline - time.monotonic()))
                 try:
-                    msg = await sub.next_msg(timeout=self._check_s)
+                    msg = await sub.next_msg(timeout=wait)
                 except nats.errors.TimeoutError:
                     self._check_worker(model, worker)
+                    if not worker and deadline is not None and time.monotonic() > deadline:
+                        raise unavailable("Request timeout expired") from None
                     continue
                 response, sender = decode_response(msg.data)
                 if response is None:

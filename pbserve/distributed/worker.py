@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 
 import nats.errors
 from nats.aio.client import Client
@@ -36,6 +37,8 @@ PULL_S = 1.0
 # A request delivered but not acknowledged (its worker died at that instant) goes to
 # another worker after this long.
 ACK_WAIT_S = 5.0
+# Cancellations of requests not pulled yet that a worker remembers (the oldest go).
+CANCELLED_KEPT = 10_000
 
 
 class PlaneWorker:
@@ -49,6 +52,7 @@ class PlaneWorker:
         self.name = registry.worker
         self._feeds: dict[str, _Feed] = {}
         self._serving: dict[str, asyncio.Task] = {}  # inbox -> the task serving it
+        self._cancelled: OrderedDict[str, None] = OrderedDict()  # inboxes not pulled yet
         self._beat: asyncio.Task | None = None
         self._cancel_sub = None
 
@@ -123,9 +127,16 @@ class PlaneWorker:
         return entries
 
     async def _on_cancel(self, msg: Msg) -> None:
-        task = self._serving.get(msg.data.decode())
+        inbox = msg.data.decode()
+        task = self._serving.get(inbox)
         if task is not None:
             task.cancel()
+            return
+        # Not here (yet): its caller gave up while it waited in the stream. Remembered,
+        # so that it is dropped unrun if this worker pulls it later.
+        self._cancelled[inbox] = None
+        while len(self._cancelled) > CANCELLED_KEPT:
+            self._cancelled.popitem(last=False)
 
     async def serve(self, msg: Msg) -> None:
         """One request: accepted, then its responses, then done (errors are responses)."""
@@ -133,6 +144,8 @@ class PlaneWorker:
         if not inbox:
             log.warning("worker '%s': a request without a reply inbox dropped", self.name)
             return
+        if self._cancelled.pop(inbox, False) is None:
+            return  # cancelled before any worker took it: nobody waits for an answer
         task = asyncio.current_task()
         assert task is not None
         self._serving[inbox] = task
