@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from pbserve.backend.api import InferenceCore
 from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.outage import RESTART_WAIT_S
@@ -27,8 +28,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pbserve", description="Serve Triton Python-backend models (tritonserver's flags).")
     add = parser.add_argument
-    add("--model-repository", "--model-store", action="append", required=True,
-        dest="model_repository", help="model repository directory (repeatable)")
+    add("--model-repository", "--model-store", action="append", default=[],
+        dest="model_repository", help="model repository directory (repeatable); "
+                                      "required unless --request-plane is given")
+    add("--request-plane", default=None, metavar="nats://HOST:PORT",
+        help="pbserve: join a NATS request plane (JetStream on): with a repository, serve "
+             "its models to the plane (a worker); without one, serve the plane's models "
+             "(a frontend). See 'Several machines' in README.md")
+    add("--plane-heartbeat-secs", type=float, default=1.0,
+        help="pbserve: a worker refreshes its registry entries this often; they expire "
+             "after 3 beats (a killed worker's requests fail then)")
+    add("--worker-name", default="",
+        help="pbserve: this worker's name on the plane (default: HOST-PID)")
     add("--http-port", type=int, default=8000)
     add("--grpc-port", type=int, default=8001)
     add("--metrics-port", type=int, default=8002)
@@ -86,35 +97,53 @@ async def serve(args: argparse.Namespace) -> int:
                                args.model_config_defaults, args.backend_config),
                            poll_secs=args.repository_poll_secs,
                            allow_client_shm=args.allow_client_shm,
-                           restart_wait_s=args.restart_wait_secs)
+                           restart_wait_s=args.restart_wait_secs
+                           ) if args.model_repository else None
+    core: InferenceCore | None = manager
+    node = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     servers = []
     try:
-        await manager.start()
+        if manager is not None:
+            await manager.start()
+        if args.request_plane:
+            from pbserve.distributed.node import Node  # only with a plane: imports nats
+
+            node = await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
+                                    args.worker_name)
+            core = core or node.core
+        assert core is not None
         if args.allow_http:
-            servers.append(await start_http_server(manager, args.http_address, args.http_port))
+            servers.append(await start_http_server(core, args.http_address, args.http_port))
             log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_grpc:
-            servers.append(await start_grpc_server(manager, args.grpc_address, args.grpc_port))
+            servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port))
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
                      args.grpc_port)
         if args.allow_metrics:
-            servers.append(await start_metrics_server(manager, args.metrics_address,
+            servers.append(await start_metrics_server(core, args.metrics_address,
                                                       args.metrics_port))
             log.info("Started Metrics Service at %s:%d", args.metrics_address,
                      args.metrics_port)
         await stop.wait()
         log.info("Signal received: shutting down")
     finally:
+        if node is not None:  # a worker leaves the plane first: no new requests
+            await node.stop_serving(args.exit_timeout_secs)
         await shut_down(servers, manager, args.exit_timeout_secs)
+        if node is not None:
+            await node.close()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.model_repository and not args.request_plane:
+        parser.error("--model-repository is required (or --request-plane, for a frontend)")
     configure_logging(args)
     try:
         import uvloop

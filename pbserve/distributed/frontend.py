@@ -1,0 +1,196 @@
+"""A frontend's InferenceCore backed by the request plane instead of local models.
+
+The index, metadata, config and readiness come from the registry (registry.py); a
+request is published to its model's subject and its responses read from its own inbox.
+A request whose worker is gone from the registry (killed: no heartbeat within the TTL)
+fails with UNAVAILABLE naming that worker; one that leaves (client gone, gRPC cancel)
+broadcasts a cancellation the worker passes on to the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, AsyncIterator
+
+import nats.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from pbserve import __version__
+from pbserve.backend.manager import EXTENSIONS, READY
+from pbserve.backend.shared_memory import SharedMemoryManager
+from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.distributed.codec import decode_response, encode_request
+from pbserve.distributed.registry import Entry, RegistryView
+from pbserve.distributed.request_plane import CANCEL_SUBJECT, REPLY_HEADER, infer_subject
+from pbserve.errors import ErrorCode, ServerError, not_found, unavailable
+from shm.pool import RegionMap
+
+# What a frontend does not do (yet): models and shared memory are the workers'.
+_FRONTEND_EXTENSIONS = [e for e in EXTENSIONS
+                        if e not in ("model_repository", "system_shared_memory")]
+
+
+class PlaneCore:
+    """InferenceCore for a frontend with no models of its own."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, registry: RegistryView,
+                 check_s: float) -> None:
+        self._nc = nc
+        self._js = js
+        self._registry = registry
+        self._check_s = check_s  # how often a waiting request checks on its worker
+        # Clients' shared memory is local to a worker's host: refused here.
+        self.shared_memory = SharedMemoryManager(RegionMap(), lambda token: None,
+                                                 allow_client_shm=False)
+
+    # -- health and metadata -------------------------------------------------------------
+    def is_live(self) -> bool:
+        return True
+
+    async def is_ready(self) -> bool:
+        return self._nc.is_connected
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "triton", "version": __version__, "extensions": _FRONTEND_EXTENSIONS}
+
+    def _entry(self, name: str, version: str = "") -> Entry:
+        """A ready entry of `name` (holding `version` if one is asked for), with the
+        versions of every worker; NOT_FOUND as the local manager says it."""
+        entries = self._registry.of_model(name)
+        ready = [e for e in entries if e["state"] == READY and e["metadata"]]
+        if not ready:
+            suffix = " is not found" if not entries else " has no available versions"
+            raise not_found(f"Request for unknown model: '{name}'{suffix}")
+        if version:
+            ready = [e for e in ready if version in e["versions"]]
+            if not ready:
+                raise not_found(f"Request for unknown model: '{name}' version {version} "
+                                f"is not found")
+        return ready[0]
+
+    def _versions(self, name: str) -> list[str]:
+        versions = {v for e in self._registry.of_model(name) if e["state"] == READY
+                    for v in e["versions"]}
+        return sorted(versions, key=int)
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        return self._serves(name, version)
+
+    def _serves(self, name: str, version: str = "") -> bool:
+        """Whether a ready worker serves the model (as the registry says)."""
+        try:
+            self._entry(name, version)
+        except ServerError:
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        return {**self._entry(name, version)["metadata"], "versions": self._versions(name)}
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return self._entry(name, version)["config"]
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        policy = self._entry(name, version)["config"].get("model_transaction_policy") or {}
+        return bool(policy.get("decoupled"))
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        index = []
+        for name in sorted({e["model"] for e in self._registry.entries}):
+            versions = self._versions(name)
+            if versions:
+                index += [{"name": name, "version": v, "state": READY, "reason": ""}
+                          for v in versions]
+            elif not ready_only:
+                entry = self._registry.of_model(name)[0]
+                index.append({"name": name, "state": entry["state"],
+                              "reason": entry["reason"]})
+        return index
+
+    async def load_model(self, name: str, config: str | None = None,
+                         files: dict[str, bytes] | None = None) -> None:
+        raise unavailable("explicit model load / unload is not supported by a pbserve "
+                          "frontend yet: load the model on a worker")
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.load_model(name)
+
+    def metrics_text(self) -> str:
+        return ""
+
+    # -- inference ---------------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        payload = self._encode(request, stream=False)
+        call = self._call(request.model_name, payload, request.timeout_us)
+        async with contextlib.aclosing(call) as responses:
+            async for response in responses:
+                return response
+        raise ServerError(ErrorCode.INTERNAL, "no response from the worker")
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Refuses an unknown model or a bad request at once, as the local manager."""
+        return self._call(request.model_name, self._encode(request, stream=True),
+                          request.timeout_us)
+
+    def _encode(self, request: InferRequest, stream: bool) -> bytes:
+        self._entry(request.model_name, request.model_version)
+        if request.uses_shm:
+            raise ServerError(ErrorCode.UNSUPPORTED, "shared memory regions are not "
+                              "available through a pbserve frontend")
+        payload = encode_request(request, stream)
+        if len(payload) > self._nc.max_payload:
+            raise ServerError(ErrorCode.UNSUPPORTED, f"request of {len(payload)} bytes "
+                              f"exceeds the request plane's max payload of "
+                              f"{self._nc.max_payload} bytes (large tensors need the data "
+                              f"plane, not done yet)")
+        return payload
+
+    async def _call(self, model: str, payload: bytes, timeout_us: int = 0
+                    ) -> AsyncIterator[InferResponse]:
+        """Publish the request, then yield its responses until the final one. A request
+        no worker took within its `timeout_us` fails as a queued one does locally."""
+        deadline = time.monotonic() + timeout_us / 1e6 if timeout_us else None
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        worker, done = "", False
+        try:
+            try:
+                await self._js.publish(infer_subject(model), payload,
+                                       headers={REPLY_HEADER: inbox})
+            except (nats.errors.Error, OSError) as err:
+                raise unavailable(f"request plane unavailable for model '{model}': "
+                                  f"{err or type(err).__name__}") from None
+            while not done:
+                wait = self._check_s
+                if not worker and deadline is not None:
+                    wait = max(0.001, min(wait, deadline - time.monotonic()))
+                try:
+                    msg = await sub.next_msg(timeout=wait)
+                except nats.errors.TimeoutError:
+                    self._check_worker(model, worker)
+                    if not worker and deadline is not None and time.monotonic() > deadline:
+                        raise unavailable("Request timeout expired") from None
+                    continue
+                response, sender = decode_response(msg.data)
+                if response is None:
+                    worker = sender
+                    continue
+                done = response.final
+                yield response
+        finally:
+            if not done:  # the client left, or the worker is gone: tell whoever has it
+                with contextlib.suppress(nats.errors.Error):
+                    await self._nc.publish(CANCEL_SUBJECT, inbox.encode())
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    def _check_worker(self, model: str, worker: str) -> None:
+        """UNAVAILABLE when the worker that took the request (or, before one did, every
+        worker of the model) has left the registry."""
+        if worker and worker not in self._registry.workers:
+            raise unavailable(f"worker '{worker}' serving model '{model}' is gone: "
+                              f"no heartbeat within the registry's TTL")
+        if not worker and not self._serves(model):
+            raise unavailable(f"no worker serves model '{model}' any more")

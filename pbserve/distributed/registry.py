@@ -1,0 +1,132 @@
+"""The model registry: which worker serves which model, in JetStream KV.
+
+A worker puts one entry per model of its repository, key `<model>.<worker>`, value JSON
+{"worker", "model", "versions", "state", "reason", "config", "metadata"}; the bucket's
+TTL drops an entry its worker stopped refreshing (killed, cut off), and a worker that
+exits deletes its own. A frontend follows the bucket (RegistryView): a worker whose
+entries are gone is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import StorageType
+from nats.js.errors import BadRequestError
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from pbserve.distributed.request_plane import token
+
+log = logging.getLogger("pbserve.distributed")
+
+BUCKET = "pbserve_models"
+Entry = dict[str, Any]
+
+
+async def open_bucket(js: JetStreamContext, ttl_s: float) -> KeyValue:
+    """The registry bucket, created with `ttl_s` by whichever process comes first."""
+    try:
+        return await js.create_key_value(bucket=BUCKET, ttl=ttl_s, storage=StorageType.MEMORY)
+    except BadRequestError as err:  # there already, with another TTL: use it as it is
+        log.debug("registry bucket exists: %s", err)
+        return await js.key_value(BUCKET)
+
+
+class Registry:
+    """A worker's entries: put on every heartbeat, deleted on exit."""
+
+    def __init__(self, kv: KeyValue, worker: str) -> None:
+        self._kv = kv
+        self.worker = worker
+        self._models: dict[str, str] = {}  # model -> its key
+
+    def _key(self, model: str) -> str:
+        return f"{token(model)}.{token(self.worker)}"
+
+    async def put(self, entry: Entry) -> None:
+        key = self._key(entry["model"])
+        await self._kv.put(key, json.dumps({**entry, "worker": self.worker}).encode())
+        self._models[entry["model"]] = key
+
+    async def remove(self, model: str) -> None:
+        key = self._models.pop(model, None) or self._key(model)
+        await self._kv.purge(key)
+
+    def models(self) -> list[str]:
+        """The models this worker has entries for."""
+        return list(self._models)
+
+    async def remove_all(self) -> None:
+        keys, self._models = list(self._models.values()), {}
+        for key in keys:
+            await self._kv.purge(key)
+
+
+class RegistryView:
+    """A frontend's copy of the bucket, following it with a watcher.
+
+    The bucket's TTL writes no delete marker when it drops an entry, so the view applies
+    the TTL itself: an entry not put again within `ttl_s` of the last put it saw (by
+    this process's clock) is gone, as it soon is from the bucket.
+    """
+
+    def __init__(self, kv: KeyValue, ttl_s: float) -> None:
+        self._kv = kv
+        self._ttl_s = ttl_s
+        self._seen: dict[str, tuple[float, Entry]] = {}  # key -> (when put, entry)
+        self._watcher = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Returns once the bucket's current entries are in the view."""
+        self._watcher = await self._kv.watchall()
+        while (update := await self._watcher.updates(timeout=10)) is not None:
+            self._apply(update)
+        self._task = asyncio.create_task(self._follow(), name="pbserve-registry")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._watcher is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._watcher.stop()
+
+    async def _follow(self) -> None:
+        assert self._watcher is not None
+        while True:
+            try:
+                update = await self._watcher.updates(timeout=60)
+            except nats.errors.TimeoutError:
+                continue
+            if update is not None:
+                self._apply(update)
+
+    def _apply(self, update: Any) -> None:
+        if update.operation in (KV_DEL, KV_PURGE) or not update.value:
+            self._seen.pop(update.key, None)
+            return
+        try:
+            self._seen[update.key] = (time.monotonic(), json.loads(update.value))
+        except ValueError:
+            log.warning("registry entry '%s' is not JSON: ignored", update.key)
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The live entries (put within the TTL)."""
+        oldest = time.monotonic() - self._ttl_s
+        return [entry for when, entry in self._seen.values() if when >= oldest]
+
+    @property
+    def workers(self) -> set[str]:
+        return {e["worker"] for e in self.entries}
+
+    def of_model(self, model: str) -> list[Entry]:
+        return [e for e in self.entries if e["model"] == model]

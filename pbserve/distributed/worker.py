@@ -1,0 +1,243 @@
+"""A worker: serves its ModelManager's models to the request plane.
+
+For each ready model it pulls requests from the model's shared durable consumer, at most
+as many at a time as the model can run at once (its instances times its max batch size),
+so a busy worker leaves the next request to another. A request's inbox gets an
+"accepted" message naming this worker, then every response. A heartbeat puts the
+worker's registry entries again (keeping them inside the bucket's TTL) and follows the
+models its manager loads or unloads. `stop` deletes its entries and stops pulling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from pbserve.backend.manager import READY, ModelManager
+from pbserve.distributed.codec import (
+    decode_request, encode_accepted, encode_error, encode_response)
+from pbserve.distributed.registry import Entry, Registry
+from pbserve.distributed.request_plane import (
+    REPLY_HEADER, STREAM, CANCEL_SUBJECT, infer_subject, token)
+from pbserve.errors import ErrorCode, ServerError
+
+log = logging.getLogger("pbserve.distributed")
+
+# How long one pull waits on the server before it is asked again (a pull of a worker
+# that died expires within it).
+PULL_S = 1.0
+# A request delivered but not acknowledged (its worker died at that instant) goes to
+# another worker after this long.
+ACK_WAIT_S = 5.0
+# Cancellations of requests not pulled yet that a worker remembers (the oldest go).
+CANCELLED_KEPT = 10_000
+
+
+class PlaneWorker:
+    def __init__(self, manager: ModelManager, nc: Client, js: JetStreamContext,
+                 registry: Registry, heartbeat_s: float) -> None:
+        self._manager = manager
+        self._nc = nc
+        self._js = js
+        self._registry = registry
+        self._heartbeat_s = heartbeat_s
+        self.name = registry.worker
+        self._feeds: dict[str, _Feed] = {}
+        self._serving: dict[str, asyncio.Task] = {}  # inbox -> the task serving it
+        self._cancelled: OrderedDict[str, None] = OrderedDict()  # inboxes not pulled yet
+        self._beat: asyncio.Task | None = None
+        self._cancel_sub = None
+
+    async def start(self) -> None:
+        self._cancel_sub = await self._nc.subscribe(CANCEL_SUBJECT, cb=self._on_cancel)
+        await self._sync()
+        self._beat = asyncio.create_task(self._heartbeat(), name="pbserve-heartbeat")
+        log.info("worker '%s' serving %s on the request plane", self.name,
+                 sorted(self._feeds) or "no model")
+
+    async def stop(self, grace_s: float) -> None:
+        """Leave the registry, stop pulling, let requests in flight finish (`grace_s`),
+        then cancel those left."""
+        if self._beat is not None:
+            self._beat.cancel()
+            await asyncio.gather(self._beat, return_exceptions=True)
+        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+            await self._registry.remove_all()
+        await asyncio.gather(*(f.stop() for f in self._feeds.values()))
+        self._feeds.clear()
+        tasks = list(self._serving.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._cancel_sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._cancel_sub.unsubscribe()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            try:
+                await self._sync()
+            except (nats.errors.Error, asyncio.TimeoutError) as err:
+                log.warning("worker '%s': registry not refreshed: %s", self.name, err)
+
+    async def _sync(self) -> None:
+        """Registry entries and pulls to match the manager's models now."""
+        entries = self._entries()
+        for name in set(self._feeds) - {n for n, e in entries.items() if e["state"] == READY}:
+            await self._feeds.pop(name).stop()
+        for name in set(self._registry.models()) - set(entries):
+            await self._registry.remove(name)
+        for name, entry in entries.items():
+            if entry["state"] == READY and name not in self._feeds:
+                model = self._manager.model(name)
+                capacity = len(model.instances) * max(1, model.cfg.max_batch_size)
+                self._feeds[name] = _Feed(self, name, capacity)
+                await self._feeds[name].start()
+            await self._registry.put(entry)
+
+    def _entries(self) -> dict[str, Entry]:
+        rows: dict[str, list[dict]] = {}
+        for row in self._manager.repository_index():
+            rows.setdefault(row["name"], []).append(row)
+        entries = {}
+        for name, found in rows.items():
+            ready = [r["version"] for r in found if r.get("state") == READY]
+            entry: Entry = {"model": name, "versions": ready,
+                            "state": READY if ready else found[0].get("state", "UNAVAILABLE"),
+                            "reason": "" if ready else found[0].get("reason", ""),
+                            "config": None, "metadata": None}
+            if ready:
+                try:
+                    entry["config"] = self._manager.model_config(name)
+                    entry["metadata"] = self._manager.model_metadata(name)
+                except ServerError:  # unloaded in between: not ready after all
+                    entry["state"], entry["versions"] = "UNAVAILABLE", []
+            entries[name] = entry
+        return entries
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        inbox = msg.data.decode()
+        task = self._serving.get(inbox)
+        if task is not None:
+            task.cancel()
+            return
+        # Not here (yet): its caller gave up while it waited in the stream. Remembered,
+        # so that it is dropped unrun if this worker pulls it later.
+        self._cancelled[inbox] = None
+        while len(self._cancelled) > CANCELLED_KEPT:
+            self._cancelled.popitem(last=False)
+
+    async def serve(self, msg: Msg) -> None:
+        """One request: accepted, then its responses, then done (errors are responses)."""
+        inbox = (msg.headers or {}).get(REPLY_HEADER, "")
+        if not inbox:
+            log.warning("worker '%s': a request without a reply inbox dropped", self.name)
+            return
+        if self._cancelled.pop(inbox, False) is None:
+            return  # cancelled before any worker took it: nobody waits for an answer
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving[inbox] = task
+        model = ""
+        try:
+            await self._nc.publish(inbox, encode_accepted(self.name))
+            request, stream = decode_request(msg.data)
+            model = request.model_name
+            if stream:
+                async for response in self._manager.stream_infer(request):
+                    await self._send(inbox, response)
+            else:
+                await self._send(inbox, await self._manager.infer(request))
+        except ServerError as err:
+            await self._send_error(inbox, err, model)
+        except asyncio.CancelledError:
+            await self._send_error(inbox, ServerError(ErrorCode.CANCELLED,
+                                                      "request cancelled"), model)
+        except Exception as err:  # noqa: BLE001 - a bad message never ends the worker
+            log.exception("worker '%s': request for '%s' failed", self.name, model)
+            await self._send_error(inbox, ServerError(ErrorCode.INTERNAL, str(err)), model)
+        finally:
+            self._serving.pop(inbox, None)
+
+    async def _send(self, inbox: str, response) -> None:
+        try:
+            payload = encode_response(response, self.name)
+        finally:
+            response.release()
+        if len(payload) > self._nc.max_payload:
+            raise ServerError(ErrorCode.UNSUPPORTED, f"response of {len(payload)} bytes "
+                              f"exceeds the request plane's max payload of "
+                              f"{self._nc.max_payload} bytes")
+        await self._nc.publish(inbox, payload)
+
+    async def _send_error(self, inbox: str, error: ServerError, model: str) -> None:
+        with contextlib.suppress(nats.errors.Error):
+            await self._nc.publish(inbox, encode_error(error, model, self.name))
+
+
+class _Feed:
+    """One model's pulls: at most `capacity` of its requests in flight here."""
+
+    def __init__(self, worker: PlaneWorker, model: str, capacity: int) -> None:
+        self._worker = worker
+        self.model = model
+        self.capacity = capacity
+        self._inflight: set[asyncio.Task] = set()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._task: asyncio.Task | None = None
+        self._sub = None
+
+    async def start(self) -> None:
+        self._sub = await self._worker._js.pull_subscribe(
+            infer_subject(self.model), durable=token(self.model), stream=STREAM,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S))
+        self._task = asyncio.create_task(self._pull(), name=f"pbserve-pull-{self.model}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()
+
+    async def _pull(self) -> None:
+        assert self._sub is not None
+        while True:
+            await self._room.wait()
+            try:
+                # One at a time: a pull for one message leaves no pull behind on the
+                # server once it is answered, and returns as soon as it is (a larger
+                # batch waits for all of it, then leaves a pull that may hand this
+                # worker a message after it became busy).
+                msgs = await self._sub.fetch(1, PULL_S)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                continue
+            except nats.errors.Error as err:  # the plane is away: try again soon
+                log.warning("'%s': pull failed: %s", self.model, err)
+                await asyncio.sleep(PULL_S)
+                continue
+            for msg in msgs:
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.ack()  # taken: it is ours to answer, never redelivered
+                task = asyncio.create_task(self._worker.serve(msg))
+                self._inflight.add(task)
+                task.add_done_callback(self._done)
+            if len(self._inflight) >= self.capacity:
+                self._room.clear()
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._inflight.discard(task)
+        self._room.set()
