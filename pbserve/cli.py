@@ -13,6 +13,7 @@ from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
+from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE, HttpLimits
 
 log = logging.getLogger("pbserve")
 
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-address", default="127.0.0.1")
     add("--grpc-address", default="127.0.0.1")
     add("--metrics-address", default="127.0.0.1")
+    add("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE,
+        help="largest request body in bytes (as sent and decompressed), also the largest "
+             "gRPC message received; default 64 MiB")
     add("--allow-http", type=_bool, default=True)
     add("--allow-grpc", type=_bool, default=True)
     add("--allow-metrics", type=_bool, default=True)
@@ -66,7 +70,16 @@ def configure_logging(args: argparse.Namespace) -> None:
                         datefmt="%m%d %H:%M:%S")
 
 
+def http_limits(args: argparse.Namespace) -> HttpLimits:
+    """The HTTP limits the flags ask for; SystemExit with the flag's error if invalid."""
+    try:
+        return HttpLimits(max_input_size=args.http_max_input_size)
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
 async def serve(args: argparse.Namespace) -> int:
+    limits = http_limits(args)
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
@@ -82,15 +95,17 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         await manager.start()
         if args.allow_http:
-            servers.append(await start_http_server(manager, args.http_address, args.http_port))
+            servers.append(await start_http_server(manager, args.http_address, args.http_port,
+                                                   limits))
             log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_grpc:
-            servers.append(await start_grpc_server(manager, args.grpc_address, args.grpc_port))
+            servers.append(await start_grpc_server(manager, args.grpc_address, args.grpc_port,
+                                                   args.http_max_input_size))
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
                      args.grpc_port)
         if args.allow_metrics:
             servers.append(await start_metrics_server(manager, args.metrics_address,
-                                                      args.metrics_port))
+                                                      args.metrics_port, limits))
             log.info("Started Metrics Service at %s:%d", args.metrics_address,
                      args.metrics_port)
         await stop.wait()

@@ -5,8 +5,9 @@
     await server.close()
 
 A `grpc.aio` server on the running event loop, serving `InferenceServicer`. Messages
-are Triton's own (`tritonclient.grpc.service_pb2`); the message size limit is Triton's
-(INT32_MAX both ways).
+are Triton's own (`tritonclient.grpc.service_pb2`). Messages sent may be as large as
+Triton's (INT32_MAX); a message received is bounded by `max_receive_bytes` (the server's
+--http-max-input-size): a larger one ends its call with RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tritonclient.grpc.service_pb2_grpc import add_GRPCInferenceServiceServicer_
 
 from pbserve.backend.api import InferenceCore
 from pbserve.server.grpc_service import InferenceServicer
+from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -46,11 +48,11 @@ def _target(host: str, port: int) -> str:
 
 
 async def start_grpc_server(core: InferenceCore, host: str, port: int,
-                            max_message_bytes: int = MAX_MESSAGE_BYTES) -> GrpcServer:
+                            max_receive_bytes: int = DEFAULT_MAX_INPUT_SIZE) -> GrpcServer:
     """Listen on host:port; raises OSError when the address cannot be bound."""
     server = grpc.aio.server(options=[
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", min(max_receive_bytes, MAX_MESSAGE_BYTES)),
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])

@@ -15,6 +15,7 @@ import asyncio
 import logging
 
 from pbserve.backend.api import InferenceCore
+from pbserve.server.http_limits import HttpLimits
 from pbserve.server.http_messages import HttpReply, HttpRequest, method_not_allowed, not_found
 from pbserve.server.http_protocol import Handler, HttpConnection
 from pbserve.server.http_routes import Routes
@@ -56,22 +57,25 @@ class HttpServer:
         await self._server.wait_closed()
 
 
-async def serve(handler: Handler, host: str, port: int) -> HttpServer:
+async def serve(handler: Handler, host: str, port: int,
+                limits: HttpLimits = HttpLimits()) -> HttpServer:
     """Listen on host:port and answer every request with `handler`."""
     loop = asyncio.get_running_loop()
     connections: set[HttpConnection] = set()
-    server = await loop.create_server(lambda: HttpConnection(handler, connections),
+    server = await loop.create_server(lambda: HttpConnection(handler, connections, limits),
                                       host, port, reuse_address=True, backlog=1024)
     log.info("HTTP server listening on %s:%d", host, server.sockets[0].getsockname()[1])
     return HttpServer(server, connections)
 
 
-async def start_http_server(core: InferenceCore, host: str, port: int) -> HttpServer:
+async def start_http_server(core: InferenceCore, host: str, port: int,
+                            limits: HttpLimits = HttpLimits()) -> HttpServer:
     """The KServe v2 HTTP/REST endpoint (Triton's --http-port)."""
-    return await serve(Routes(core), host, port)
+    return await serve(Routes(core, limits), host, port, limits)
 
 
-async def start_metrics_server(core: InferenceCore, host: str, port: int) -> HttpServer:
+async def start_metrics_server(core: InferenceCore, host: str, port: int,
+                               limits: HttpLimits = HttpLimits()) -> HttpServer:
     """GET /metrics in Prometheus text format (Triton's --metrics-port)."""
 
     async def metrics(request: HttpRequest) -> HttpReply:
@@ -81,4 +85,4 @@ async def start_metrics_server(core: InferenceCore, host: str, port: int) -> Htt
             return method_not_allowed()
         return HttpReply(200, (core.metrics_text().encode(),), CONTENT_METRICS)
 
-    return await serve(metrics, host, port)
+    return await serve(metrics, host, port, limits)

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 
 import httptools
 
+from pbserve.server.http_limits import HttpLimits, too_large_message
 from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 
 log = logging.getLogger("pbserve.http")
@@ -38,6 +39,11 @@ MAX_PENDING = 32
 # A request line and headers longer than this get 431 and the connection is closed (KServe
 # heads are small: tensors and their JSON header travel in the body).
 MAX_HEAD = 64 * 1024
+# After answering a request it will not read (malformed, too large), the connection sends
+# its FIN and reads no more; it is closed this much later. Closing at once, with the
+# client's unread bytes in the socket, would reset the connection, and a reset can destroy
+# the answer before the client has read it.
+LINGER_S = 1.0
 
 _STATUS_LINES = {
     int(s): b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in http.HTTPStatus
@@ -68,6 +74,14 @@ def render_head(status: int, content_type: bytes | None,
     return b"".join(parts)
 
 
+class _Rejected(Exception):
+    """Raised in a parser callback to stop parsing a request that gets `reply` instead."""
+
+    def __init__(self, reply: HttpReply) -> None:
+        super().__init__()
+        self.reply = reply
+
+
 class _Body:
     """The body of the request being parsed: a list of chunks, or one bytearray grown
     as the data arrives when Content-Length says it is large. Never allocated ahead of
@@ -95,12 +109,35 @@ class _Body:
         return b"".join(chunks)
 
 
+class _CountedBody(_Body):
+    """A body of no announced length (chunked): the bytes received are counted against
+    the limit, since no Content-Length could be checked before."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(0)
+        self.limit = limit
+        self.left = limit
+
+    def add(self, chunk: bytes) -> None:
+        self.left -= len(chunk)
+        if self.left < 0:
+            raise _Rejected(message_reply(413, too_large_message(None, self.limit)))
+        self.chunks.append(chunk)
+
+
+_NO_BODY = _Body(0)  # never added to: between requests, and after a rejected one
+
+
 class HttpConnection(asyncio.Protocol):
     """Parses requests off the socket, hands each to `handler`, writes its reply."""
 
-    def __init__(self, handler: Handler, connections: set[HttpConnection]) -> None:
+    def __init__(self, handler: Handler, connections: set[HttpConnection],
+                 limits: HttpLimits = HttpLimits()) -> None:
         self._handler = handler
         self._connections = connections
+        self._max_input = limits.max_input_size
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
@@ -108,11 +145,12 @@ class HttpConnection(asyncio.Protocol):
         self._headers: dict[bytes, bytes] = {}
         self._in_head = False  # between a request's first byte and its headers' end
         self._head_bytes = 0
-        self._body = _Body(0)
+        self._body = _NO_BODY
         self._pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
         self._task: asyncio.Task | None = None
         self._reading_paused = False
         self._drained: asyncio.Future | None = None
+        self._closing = False  # answered a request it will not read on: reads no more
         self.closed = False
 
     # --- asyncio.Protocol ---------------------------------------------------------
@@ -149,7 +187,11 @@ class HttpConnection(asyncio.Protocol):
             self._fail(message_reply(400, "protocol upgrade is not supported"))
             return
         except httptools.HttpParserError as exc:
-            self._fail(message_reply(400, f"malformed HTTP request: {exc}"))
+            rejected = exc.__context__
+            if isinstance(rejected, _Rejected):
+                self._fail(rejected.reply)
+            else:
+                self._fail(message_reply(400, f"malformed HTTP request: {exc}"))
             return
         # The parser keeps a head until it is complete: bound what one may hold. A chunk
         # counts when the head it continues is still open after it (one that starts a
@@ -178,7 +220,13 @@ class HttpConnection(asyncio.Protocol):
         self._in_head = False
         headers = self._headers
         length = headers.get(b"content-length")
-        self._body = _Body(int(length) if length is not None and length.isdigit() else 0)
+        if length is None:
+            self._body = _CountedBody(self._max_input)
+        else:
+            size = int(length) if length.isdigit() else 0
+            if size > self._max_input:
+                raise _Rejected(message_reply(413, too_large_message(size, self._max_input)))
+            self._body = _Body(size)
         if headers.get(b"expect", b"").lower() == b"100-continue":
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -189,7 +237,7 @@ class HttpConnection(asyncio.Protocol):
         path, _, query = self._url.partition(b"?")
         request = HttpRequest(self._parser.get_method(), path.decode("latin-1"), query,
                               self._headers, self._body.value())
-        self._body = _Body(0)
+        self._body = _NO_BODY
         self._pending.append((request, self._parser.should_keep_alive()))
         if self._task is None:
             self._task = self._loop.create_task(self._serve())
@@ -287,12 +335,25 @@ class HttpConnection(asyncio.Protocol):
             drained.set_result(None)
 
     def _fail(self, reply: HttpReply) -> None:
-        """A request we cannot parse: answer it and close, as the stream is lost."""
-        if self._task is None and not self.closed:
-            self._transport.write(render_head(reply.status, reply.content_type, (),
-                                              sum(map(len, reply.body)), False))
-            self._transport.writelines(reply.body)
-        self._transport.close()
+        """A request we will not read on (unparsable, too large): what it buffered is
+        dropped, and the connection answers it and closes. The answer goes out unless a
+        reply is still ahead of it; then the connection closes at once."""
+        self._body = _NO_BODY
+        self._headers = {}
+        if self._closing or self.closed:
+            return
+        self._closing = True
+        transport = self._transport
+        if self._task is not None:
+            transport.close()
+            return
+        transport.write(render_head(reply.status, reply.content_type, (),
+                                    sum(map(len, reply.body)), False))
+        transport.writelines(reply.body)
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.pause_reading()
+        self._loop.call_later(LINGER_S, transport.close)
 
     # --- shutdown -----------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from pbserve.server import http_repository, http_stats
 from pbserve.server.http_codec import error_of
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
+from pbserve.server.http_limits import HttpLimits
 from pbserve.server.http_messages import (
     HttpReply,
     HttpRequest,
@@ -53,8 +54,9 @@ Reply = HttpReply | HttpStreamReply
 class Routes:
     """The request handler of the HTTP server: dispatch, then map errors to replies."""
 
-    def __init__(self, core: InferenceCore) -> None:
+    def __init__(self, core: InferenceCore, limits: HttpLimits = HttpLimits()) -> None:
         self._core = core
+        self._max_input = limits.max_input_size
 
     async def __call__(self, request: HttpRequest) -> Reply:
         try:
@@ -102,7 +104,7 @@ class Routes:
                           version: str) -> Reply:
         core = self._core
         if kind == "infer":
-            return await handle_infer(core, request, name, version)
+            return await handle_infer(core, request, name, version, self._max_input)
         if kind == "":
             return json_reply(core.model_metadata(name, version))
         if kind == "ready":
@@ -114,7 +116,7 @@ class Routes:
         if kind == "stats":
             return json_reply(http_stats.model(core, name, version))
         return await handle_generate(core, request, name, version,
-                                     streaming=kind == "generate_stream")
+                                     kind == "generate_stream", self._max_input)
 
     @staticmethod
     def _get(request: HttpRequest, produce: Any) -> HttpReply:
