@@ -13,7 +13,13 @@ from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
-from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE, HttpLimits
+from pbserve.server.http_limits import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_INPUT_SIZE,
+    HttpLimits,
+)
 
 log = logging.getLogger("pbserve")
 
@@ -37,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE,
         help="largest request body in bytes (as sent and decompressed), also the largest "
              "gRPC message received; default 64 MiB")
+    add("--http-header-timeout-secs", type=float, default=DEFAULT_HEADER_TIMEOUT_S,
+        help="pbserve: seconds a request's head may take to arrive (0: no limit)")
+    add("--http-body-timeout-secs", type=float, default=DEFAULT_BODY_TIMEOUT_S,
+        help="pbserve: longest pause, in seconds, within a request body (0: no limit)")
+    add("--http-keepalive-timeout-secs", type=float, default=DEFAULT_KEEPALIVE_TIMEOUT_S,
+        help="pbserve: seconds an idle connection stays open (0: no limit)")
+    add("--http-max-connections", type=int, default=None,
+        help="pbserve: open HTTP connections at most; default: the file descriptor "
+             "limit less a quarter of it (at least 64)")
     add("--allow-http", type=_bool, default=True)
     add("--allow-grpc", type=_bool, default=True)
     add("--allow-metrics", type=_bool, default=True)
@@ -73,7 +88,11 @@ def configure_logging(args: argparse.Namespace) -> None:
 def http_limits(args: argparse.Namespace) -> HttpLimits:
     """The HTTP limits the flags ask for; SystemExit with the flag's error if invalid."""
     try:
-        return HttpLimits(max_input_size=args.http_max_input_size)
+        return HttpLimits(max_input_size=args.http_max_input_size,
+                          header_timeout_s=args.http_header_timeout_secs,
+                          body_timeout_s=args.http_body_timeout_secs,
+                          keepalive_timeout_s=args.http_keepalive_timeout_secs,
+                          max_connections=args.http_max_connections)
     except ValueError as exc:
         raise SystemExit(f"Error: {exc}") from None
 

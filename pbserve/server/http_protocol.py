@@ -17,11 +17,13 @@ import asyncio
 import collections
 import http
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import httptools
 
-from pbserve.server.http_limits import HttpLimits, too_large_message
+from pbserve.server.http_connections import ConnectionSet
+from pbserve.server.http_limits import too_large_message
 from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 
 log = logging.getLogger("pbserve.http")
@@ -133,10 +135,10 @@ _NO_BODY = _Body(0)  # never added to: between requests, and after a rejected on
 class HttpConnection(asyncio.Protocol):
     """Parses requests off the socket, hands each to `handler`, writes its reply."""
 
-    def __init__(self, handler: Handler, connections: set[HttpConnection],
-                 limits: HttpLimits = HttpLimits()) -> None:
+    def __init__(self, handler: Handler, connections: ConnectionSet) -> None:
         self._handler = handler
         self._connections = connections
+        self._limits = limits = connections.limits
         self._max_input = limits.max_input_size
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -144,7 +146,12 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._in_head = False  # between a request's first byte and its headers' end
+        self._in_body = False  # between a request's headers' end and its last byte
         self._head_bytes = 0
+        # Times on the sweeper's clock (ConnectionSet.now, which lags by up to a round):
+        # the last read (or the end of the last reply), and the start of the head being
+        # read. Opening reads the clock itself, so that new connections keep their order.
+        self._active_at = self._head_at = time.monotonic()
         self._body = _NO_BODY
         self._pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
         self._task: asyncio.Task | None = None
@@ -160,7 +167,8 @@ class HttpConnection(asyncio.Protocol):
         # high=0: any data left in the transport's buffer pauses us, and resume_writing
         # comes exactly when it drained; that is when reply buffers may be released.
         transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined]
-        self._connections.add(self)
+        if not self._connections.admit(self):
+            self._refuse()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The client went away: what it was waiting for is cancelled (the backend drops
@@ -180,6 +188,7 @@ class HttpConnection(asyncio.Protocol):
         self._wake_drain()
 
     def data_received(self, data: bytes) -> None:
+        self._active_at = self._connections.now
         in_head = self._in_head
         try:
             self._parser.feed_data(data)
@@ -208,6 +217,7 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers = {}
         self._in_head = True
+        self._head_at = self._active_at
         self._head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
@@ -218,6 +228,7 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._in_body = True
         headers = self._headers
         length = headers.get(b"content-length")
         if length is None:
@@ -234,6 +245,7 @@ class HttpConnection(asyncio.Protocol):
         self._body.add(chunk)
 
     def on_message_complete(self) -> None:
+        self._in_body = False
         path, _, query = self._url.partition(b"?")
         request = HttpRequest(self._parser.get_method(), path.decode("latin-1"), query,
                               self._headers, self._body.value())
@@ -256,6 +268,7 @@ class HttpConnection(asyncio.Protocol):
             self._transport.abort()
         finally:
             self._task = None
+            self._active_at = self._head_at = self._connections.now
 
     async def _serve_pending(self) -> None:
         while self._pending and not self.closed:
@@ -354,6 +367,51 @@ class HttpConnection(asyncio.Protocol):
             transport.write_eof()
         transport.pause_reading()
         self._loop.call_later(LINGER_S, transport.close)
+
+    # --- timeouts and the connection cap (called by the ConnectionSet) ---------------
+
+    @property
+    def idle_since(self) -> float | None:
+        """When it went idle: no request being read or answered (None: busy)."""
+        if self._task is not None or self._in_head or self._in_body or self._closing:
+            return None
+        return self._active_at
+
+    def expire(self, now: float) -> None:
+        """Close the connection if what it waits for took too long: the rest of a head,
+        the next bytes of a body (408), a next request (closed without a word)."""
+        if self._task is not None or self._closing or self.closed:
+            return
+        limits = self._limits
+        if self._in_head:
+            timeout = limits.header_timeout_s
+            if timeout and now - self._head_at > timeout:
+                self._fail(message_reply(408, f"request head not received within "
+                                              f"{timeout:g} s"))
+        elif self._in_body:
+            timeout = limits.body_timeout_s
+            if timeout and now - self._active_at > timeout:
+                self._fail(message_reply(408, f"no request body data received for "
+                                              f"{timeout:g} s"))
+        else:
+            timeout = limits.keepalive_timeout_s
+            if timeout and now - self._active_at > timeout:
+                self.close_idle()
+
+    def close_idle(self) -> None:
+        self._closing = True
+        self._transport.close()
+
+    def _refuse(self) -> None:
+        """Past the connection cap with no idle connection to close: 503 and close."""
+        self._closing = True
+        reply = message_reply(503, f"the server holds as many connections as it accepts "
+                                   f"({self._connections.max_connections}, "
+                                   f"--http-max-connections): try again later")
+        self._transport.write(render_head(reply.status, reply.content_type, (),
+                                          sum(map(len, reply.body)), False))
+        self._transport.writelines(reply.body)
+        self._transport.close()
 
     # --- shutdown -----------------------------------------------------------------
 
