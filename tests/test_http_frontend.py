@@ -30,7 +30,6 @@ from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavai
 from pbserve.server import jsonio
 from pbserve.server.http import start_http_server, start_metrics_server
 from pbserve.server.http_connections import ConnectionSet
-from pbserve.server.http_limits import HttpLimits
 from pbserve.server.http_messages import HttpReply, HttpStreamReply
 from pbserve.server.http_protocol import HttpConnection
 
@@ -213,10 +212,7 @@ class ServerThread:
         asyncio.set_event_loop(self.loop)
 
         async def start() -> None:
-            # room for test_64_mib_tensor_round_trips: 64 MiB of data plus its JSON header
-            # is past the default --http-max-input-size (the body counts whole)
-            self.http = await start_http_server(self.core, "127.0.0.1", 0,
-                                                HttpLimits(max_input_size=80 << 20))
+            self.http = await start_http_server(self.core, "127.0.0.1", 0)
             self.metrics = await start_metrics_server(self.core, "127.0.0.1", 0)
             started.set()
 

@@ -125,11 +125,18 @@ def test_the_limit_is_inclusive(server, size, status):
     assert reply.startswith(b"HTTP/1.1 " + status), reply[:200]
 
 
+def test_a_binary_tensor_of_exactly_the_limit_fits_with_its_json_header(server):
+    exact = np.arange(LIMIT // 4, dtype=np.int32)
+    result = server.http_client().infer("identity", [http_input("INPUT_INT32", exact)])
+    assert (result.as_numpy("OUTPUT_INT32") == exact).all()
+
+
 def test_tritonclient_gets_the_413_message(server):
     big = np.zeros(LIMIT // 4 + 1, np.int32)  # one element past the limit, plus the header
     with pytest.raises(InferenceServerException) as info:
         server.http_client().infer("identity", [http_input("INPUT_INT32", big)])
-    assert "exceeds the maximum allowed input size of 1048576 bytes" in str(info.value)
+    assert "exceeds the maximum allowed input size of" in str(info.value)
+    assert "Use --http-max-input-size to increase the limit" in str(info.value)
     assert_serves(server)
 
 

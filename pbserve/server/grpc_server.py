@@ -6,8 +6,9 @@
 
 A `grpc.aio` server on the running event loop, serving `InferenceServicer`. Messages
 are Triton's own (`tritonclient.grpc.service_pb2`). Messages sent may be as large as
-Triton's (INT32_MAX); a message received is bounded by `max_receive_bytes` (the server's
---http-max-input-size): a larger one ends its call with RESOURCE_EXHAUSTED.
+Triton's (INT32_MAX); a message received is bounded by twice `max_input_size` (the
+server's --http-max-input-size: for its tensor data and for the rest, as an HTTP body is):
+a larger one ends its call with RESOURCE_EXHAUSTED before it is read whole.
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ def _target(host: str, port: int) -> str:
 
 
 async def start_grpc_server(core: InferenceCore, host: str, port: int,
-                            max_receive_bytes: int = DEFAULT_MAX_INPUT_SIZE) -> GrpcServer:
+                            max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> GrpcServer:
     """Listen on host:port; raises OSError when the address cannot be bound."""
     server = grpc.aio.server(options=[
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", min(max_receive_bytes, MAX_MESSAGE_BYTES)),
+        ("grpc.max_receive_message_length", min(2 * max_input_size, MAX_MESSAGE_BYTES)),
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])

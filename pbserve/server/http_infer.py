@@ -15,6 +15,7 @@ from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server import http_codec as codec
 from pbserve.server import jsonio
 from pbserve.server.http_compression import compress, decompress_body, response_encoding
+from pbserve.server.http_limits import JSON_LENGTH_HEADER, body_limit
 from pbserve.server.http_messages import (
     CONTENT_BINARY,
     CONTENT_JSON,
@@ -23,7 +24,7 @@ from pbserve.server.http_messages import (
     error_reply,
 )
 
-HEADER_LENGTH = b"inference-header-content-length"
+HEADER_LENGTH = JSON_LENGTH_HEADER
 HEADER_LENGTH_OUT = b"Inference-Header-Content-Length"
 _EMPTY = memoryview(b"")
 
@@ -33,7 +34,7 @@ def split_body(request: HttpRequest, max_input: int) -> tuple[object, memoryview
     body = request.body
     encoding = request.headers.get(b"content-encoding")
     if encoding is not None:
-        body = decompress_body(encoding, body, max_input)
+        body = decompress_body(encoding, body, body_limit(max_input, request.headers))
     value = request.headers.get(HEADER_LENGTH)
     if value is None:
         return codec.parse_json(body, "request"), _EMPTY

@@ -17,9 +17,10 @@ DEFAULT_KEEPALIVE_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class HttpLimits:
-    """* `max_input_size`: the largest request body, in bytes, as sent (Content-Length or
-      the chunks received) and once decompressed; a larger one is answered 413 (400 when
-      only its decompressed form is too large, as Triton) before the rest is read.
+    """* `max_input_size`: the most bytes of tensor data a request body may carry, and
+      of its JSON header (`body_limit`), as sent (Content-Length or the chunks received)
+      and once decompressed; a larger body is answered 413 (400 when only its
+      decompressed form is too large, as Triton) before the rest is read.
     * `header_timeout_s`: from a request's first byte to the end of its head;
     * `body_timeout_s`: the longest pause between two reads of a body;
       past either, 408 and the connection is closed.
@@ -45,6 +46,21 @@ class HttpLimits:
                 raise ValueError(f"--http-{flag}-timeout-secs must not be negative")
         if self.max_connections is not None and self.max_connections <= 0:
             raise ValueError("--http-max-connections must be greater than 0")
+
+
+# The request header naming the length of a body's JSON part (binary tensor extension).
+JSON_LENGTH_HEADER = b"inference-header-content-length"
+
+
+def body_limit(max_input_size: int, headers: dict[bytes, bytes]) -> int:
+    """The largest body a request may send: `max_input_size` of tensor data (binary, or
+    JSON in a body that is all JSON) plus its JSON header when the binary tensor
+    extension names one, that header too being at most `max_input_size`. So a tensor of
+    exactly the limit, as Triton takes it, fits with its header."""
+    value = headers.get(JSON_LENGTH_HEADER)
+    if value is None or not value.isdigit():
+        return max_input_size
+    return max_input_size + min(int(value), max_input_size)
 
 
 def too_large_message(size: int | None, limit: int) -> str:

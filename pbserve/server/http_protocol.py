@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 import httptools
 
 from pbserve.server.http_connections import ConnectionSet
-from pbserve.server.http_limits import too_large_message
+from pbserve.server.http_limits import body_limit, too_large_message
 from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 
 log = logging.getLogger("pbserve.http")
@@ -232,11 +232,13 @@ class HttpConnection(asyncio.Protocol):
         headers = self._headers
         length = headers.get(b"content-length")
         if length is None:
-            self._body = _CountedBody(self._max_input)
+            self._body = _CountedBody(body_limit(self._max_input, headers))
         else:
             size = int(length) if length.isdigit() else 0
-            if size > self._max_input:
-                raise _Rejected(message_reply(413, too_large_message(size, self._max_input)))
+            if size > self._max_input:  # then the JSON header's share decides
+                limit = body_limit(self._max_input, headers)
+                if size > limit:
+                    raise _Rejected(message_reply(413, too_large_message(size, limit)))
             self._body = _Body(size)
         if headers.get(b"expect", b"").lower() == b"100-continue":
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
