@@ -36,12 +36,13 @@ def free_ports(count: int) -> list[int]:
 
 class RunningServer:
     def __init__(self, repositories: Sequence[str | os.PathLike], args: Sequence[str] = (),
-                 log_path: str | os.PathLike | None = None) -> None:
+                 log_path: str | os.PathLike | None = None,
+                 wrapper: Sequence[str] = ()) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        command = [sys.executable, "-m", "pbserve"]
+        command = [*wrapper, sys.executable, "-m", "pbserve"]
         for repo in repositories:
             command += ["--model-repository", str(repo)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
@@ -108,14 +109,17 @@ class RunningServer:
 @contextlib.contextmanager
 def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
                    log_path: str | os.PathLike | None = None,
-                   ready_timeout: float = 30.0, ready_path: str = "/v2/health/ready"
-                   ) -> Iterator[RunningServer]:
+                   ready_timeout: float = 30.0, ready_path: str = "/v2/health/ready",
+                   wrapper: Sequence[str] = ()) -> Iterator[RunningServer]:
     """A ready pbserve serving `repositories`; stopped when the block ends.
+
+    `wrapper`: a command the server's command line is appended to (one that ends by
+    exec'ing it, so that the server keeps the process id), e.g. `unshare ... sh -c ...`.
 
     With a model that fails to load the server is live but never ready (Triton's strict
     readiness): pass `ready_path="/v2/health/live"` then; models load before it is live.
     """
-    server = RunningServer(repositories, args, log_path)
+    server = RunningServer(repositories, args, log_path, wrapper)
     try:
         server.wait_ready(ready_timeout, ready_path)
         yield server

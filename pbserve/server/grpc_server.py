@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 
 import grpc
-from tritonclient.grpc.service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
 
 from pbserve.backend.api import InferenceCore
+from pbserve.server.grpc_handlers import add_service
 from pbserve.server.grpc_service import InferenceServicer
 from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE
 
@@ -57,7 +57,8 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])
-    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(core), server)
+    servicer = InferenceServicer(core)
+    add_service(server, servicer, servicer.errors)
     target = _target(host, port)
     try:
         bound = server.add_insecure_port(target)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
+from pbserve.server.error_log import ErrorLog
 from pbserve.server.http_limits import HttpLimits
 
 log = logging.getLogger("pbserve.http")
@@ -69,6 +70,7 @@ class ConnectionSet:
         self.now = time.monotonic()
         self._connections: set[Connection] = set()
         self._sweeper: asyncio.Task | None = None
+        self.errors = ErrorLog(log)  # refusals, failed replies: one line per kind at most
 
     def __len__(self) -> int:
         return len(self._connections)
@@ -119,5 +121,6 @@ class ConnectionSet:
             for connection in list(self._connections):
                 try:
                     connection.expire(now)
-                except Exception:  # noqa: BLE001 - one connection must not stop the sweeps
-                    log.exception("HTTP: closing an expired connection failed")
+                except Exception as exc:  # noqa: BLE001 - one must not stop the sweeps
+                    self.errors.line(logging.ERROR, "expire", "HTTP: closing an expired "
+                                     "connection failed", exc_info=exc)

@@ -77,11 +77,12 @@ def render_head(status: int, content_type: bytes | None,
 
 
 class _Rejected(Exception):
-    """Raised in a parser callback to stop parsing a request that gets `reply` instead."""
+    """Raised in a parser callback to stop parsing a request that gets `status` instead."""
 
-    def __init__(self, reply: HttpReply) -> None:
-        super().__init__()
-        self.reply = reply
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class _Body:
@@ -125,7 +126,7 @@ class _CountedBody(_Body):
     def add(self, chunk: bytes) -> None:
         self.left -= len(chunk)
         if self.left < 0:
-            raise _Rejected(message_reply(413, too_large_message(None, self.limit)))
+            raise _Rejected(413, too_large_message(None, self.limit))
         self.chunks.append(chunk)
 
 
@@ -193,14 +194,14 @@ class HttpConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._fail(message_reply(400, "protocol upgrade is not supported"))
+            self._fail(400, "protocol upgrade is not supported")
             return
         except httptools.HttpParserError as exc:
             rejected = exc.__context__
             if isinstance(rejected, _Rejected):
-                self._fail(rejected.reply)
+                self._fail(rejected.status, rejected.message)
             else:
-                self._fail(message_reply(400, f"malformed HTTP request: {exc}"))
+                self._fail(400, f"malformed HTTP request: {exc}")
             return
         # The parser keeps a head until it is complete: bound what one may hold. A chunk
         # counts when the head it continues is still open after it (one that starts a
@@ -208,8 +209,7 @@ class HttpConnection(asyncio.Protocol):
         if in_head and self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD:
-                self._fail(message_reply(431, f"request line and headers exceed "
-                                              f"{MAX_HEAD} bytes"))
+                self._fail(431, f"request line and headers exceed {MAX_HEAD} bytes")
 
     # --- httptools callbacks -------------------------------------------------------
 
@@ -238,7 +238,7 @@ class HttpConnection(asyncio.Protocol):
             if size > self._max_input:  # then the JSON header's share decides
                 limit = body_limit(self._max_input, headers)
                 if size > limit:
-                    raise _Rejected(message_reply(413, too_large_message(size, limit)))
+                    raise _Rejected(413, too_large_message(size, limit))
             self._body = _Body(size)
         if headers.get(b"expect", b"").lower() == b"100-continue":
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -265,8 +265,9 @@ class HttpConnection(asyncio.Protocol):
         """Handle the queued requests in order, then end; a new one restarts it."""
         try:
             await self._serve_pending()
-        except Exception:
-            log.exception("HTTP connection failed while replying")
+        except Exception as exc:
+            self._connections.errors.line(logging.ERROR, "reply", "HTTP connection failed "
+                                          "while replying", exc_info=exc)
             self._transport.abort()
         finally:
             self._task = None
@@ -294,8 +295,10 @@ class HttpConnection(asyncio.Protocol):
             return await self._handler(request)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("HTTP %s %s failed", request.method.decode(), request.path)
+        except Exception as exc:
+            self._connections.errors.line(
+                logging.ERROR, type(exc).__name__,
+                f"HTTP {request.method.decode()} {request.path[:200]} failed", exc_info=exc)
             return message_reply(500, "internal server error")
 
     async def _send(self, reply: HttpReply, keep_alive: bool) -> None:
@@ -349,22 +352,21 @@ class HttpConnection(asyncio.Protocol):
         if drained is not None and not drained.done():
             drained.set_result(None)
 
-    def _fail(self, reply: HttpReply) -> None:
-        """A request we will not read on (unparsable, too large): what it buffered is
-        dropped, and the connection answers it and closes. The answer goes out unless a
-        reply is still ahead of it; then the connection closes at once."""
+    def _fail(self, status: int, message: str) -> None:
+        """A request we will not read on (unparsable, too large, too slow): what it
+        buffered is dropped, and the connection answers it and closes. The answer goes
+        out unless a reply is still ahead of it; then the connection closes at once."""
         self._body = _NO_BODY
         self._headers = {}
         if self._closing or self.closed:
             return
         self._closing = True
+        self._log_refusal(status, message)
         transport = self._transport
         if self._task is not None:
             transport.close()
             return
-        transport.write(render_head(reply.status, reply.content_type, (),
-                                    sum(map(len, reply.body)), False))
-        transport.writelines(reply.body)
+        self._write_error(status, message)
         if transport.can_write_eof():
             transport.write_eof()
         transport.pause_reading()
@@ -388,13 +390,11 @@ class HttpConnection(asyncio.Protocol):
         if self._in_head:
             timeout = limits.header_timeout_s
             if timeout and now - self._head_at > timeout:
-                self._fail(message_reply(408, f"request head not received within "
-                                              f"{timeout:g} s"))
+                self._fail(408, f"request head not received within {timeout:g} s")
         elif self._in_body:
             timeout = limits.body_timeout_s
             if timeout and now - self._active_at > timeout:
-                self._fail(message_reply(408, f"no request body data received for "
-                                              f"{timeout:g} s"))
+                self._fail(408, f"no request body data received for {timeout:g} s")
         else:
             timeout = limits.keepalive_timeout_s
             if timeout and now - self._active_at > timeout:
@@ -407,13 +407,23 @@ class HttpConnection(asyncio.Protocol):
     def _refuse(self) -> None:
         """Past the connection cap with no idle connection to close: 503 and close."""
         self._closing = True
-        reply = message_reply(503, f"the server holds as many connections as it accepts "
-                                   f"({self._connections.max_connections}, "
-                                   f"--http-max-connections): try again later")
-        self._transport.write(render_head(reply.status, reply.content_type, (),
+        message = (f"the server holds as many connections as it accepts "
+                   f"({self._connections.max_connections}, --http-max-connections): try "
+                   f"again later")
+        self._log_refusal(503, message)
+        self._write_error(503, message)
+        self._transport.close()
+
+    def _write_error(self, status: int, message: str) -> None:
+        reply = message_reply(status, message)
+        self._transport.write(render_head(status, reply.content_type, (),
                                           sum(map(len, reply.body)), False))
         self._transport.writelines(reply.body)
-        self._transport.close()
+
+    def _log_refusal(self, status: int, message: str) -> None:
+        peer = self._transport.get_extra_info("peername")
+        self._connections.errors.line(logging.WARNING, f"http-{status}",
+                                      f"HTTP {status} to {peer}: {message}")
 
     # --- shutdown -----------------------------------------------------------------
 

@@ -23,9 +23,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
-from pbserve.errors import ServerError
 from pbserve.server import http_repository, http_stats
-from pbserve.server.http_codec import error_of
+from pbserve.server.error_log import ErrorLog
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
 from pbserve.server.http_limits import HttpLimits
@@ -57,15 +56,14 @@ class Routes:
     def __init__(self, core: InferenceCore, limits: HttpLimits = HttpLimits()) -> None:
         self._core = core
         self._max_input = limits.max_input_size
+        self._errors = ErrorLog(log)
 
     async def __call__(self, request: HttpRequest) -> Reply:
         try:
             return await self._dispatch(request)
         except Exception as exc:
-            error = error_of(exc)
-            if not isinstance(exc, ServerError):
-                log.exception("HTTP %s %s failed", request.method.decode(), request.path)
-            return error_reply(error)
+            return error_reply(self._errors.request_failed(
+                f"HTTP {request.method.decode()} {request.path[:200]}", exc))
 
     async def _dispatch(self, request: HttpRequest) -> Reply:
         parts = request.path.split("/")
