@@ -20,6 +20,7 @@ from pbserve.server.http_limits import (
     DEFAULT_MAX_INPUT_SIZE,
     HttpLimits,
 )
+from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve")
 
@@ -41,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grpc-address", default="127.0.0.1")
     add("--metrics-address", default="127.0.0.1")
     add("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE,
-        help="largest request body in bytes (as sent and decompressed), also the largest "
-             "gRPC message received; default 64 MiB")
+        help="most bytes of tensor data (and, apart, of JSON header) a request may carry, "
+             "as sent and decompressed; a gRPC message received may be twice as large; "
+             "default 64 MiB")
     add("--http-header-timeout-secs", type=float, default=DEFAULT_HEADER_TIMEOUT_S,
         help="pbserve: seconds a request's head may take to arrive (0: no limit)")
     add("--http-body-timeout-secs", type=float, default=DEFAULT_BODY_TIMEOUT_S,
@@ -52,6 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-max-connections", type=int, default=None,
         help="pbserve: open HTTP connections at most; default: the file descriptor "
              "limit less a quarter of it (at least 64)")
+    for proto, whose in (("grpc", "tritonserver's"), ("http", "pbserve's (tritonserver "
+                                                          "has no HTTP TLS)")):
+        add(f"--{proto}-use-ssl", type=_bool, nargs="?", const=True, default=False,
+            help=f"{whose}: serve {proto.upper()} over TLS")
+        add(f"--{proto}-use-ssl-mutual", type=_bool, nargs="?", const=True, default=False,
+            help="TLS, and clients must present a certificate the root certificate signed")
+        add(f"--{proto}-server-cert", default=None, help="PEM server certificate (chain)")
+        add(f"--{proto}-server-key", default=None, help="PEM server key")
+        add(f"--{proto}-root-cert", default=None,
+            help="PEM root certificate(s) client certificates are verified against")
     add("--allow-http", type=_bool, default=True)
     add("--allow-grpc", type=_bool, default=True)
     add("--allow-metrics", type=_bool, default=True)
@@ -97,8 +109,20 @@ def http_limits(args: argparse.Namespace) -> HttpLimits:
         raise SystemExit(f"Error: {exc}") from None
 
 
+def tls_config(args: argparse.Namespace, proto: str) -> TlsConfig | None:
+    """The TLS settings of `proto` ("http" or "grpc"); SystemExit naming what is wrong."""
+    try:
+        return TlsConfig.from_flags(
+            proto, getattr(args, f"{proto}_use_ssl"), getattr(args, f"{proto}_use_ssl_mutual"),
+            getattr(args, f"{proto}_server_cert"), getattr(args, f"{proto}_server_key"),
+            getattr(args, f"{proto}_root_cert"))
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
 async def serve(args: argparse.Namespace) -> int:
     limits = http_limits(args)
+    http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
@@ -115,11 +139,11 @@ async def serve(args: argparse.Namespace) -> int:
         await manager.start()
         if args.allow_http:
             servers.append(await start_http_server(manager, args.http_address, args.http_port,
-                                                   limits))
+                                                   limits, http_tls))
             log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_grpc:
             servers.append(await start_grpc_server(manager, args.grpc_address, args.grpc_port,
-                                                   args.http_max_input_size))
+                                                   args.http_max_input_size, grpc_tls))
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
                      args.grpc_port)
         if args.allow_metrics:

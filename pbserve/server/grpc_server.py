@@ -21,6 +21,7 @@ from pbserve.backend.api import InferenceCore
 from pbserve.server.grpc_handlers import add_service
 from pbserve.server.grpc_service import InferenceServicer
 from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE
+from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -49,8 +50,10 @@ def _target(host: str, port: int) -> str:
 
 
 async def start_grpc_server(core: InferenceCore, host: str, port: int,
-                            max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> GrpcServer:
-    """Listen on host:port; raises OSError when the address cannot be bound."""
+                            max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+                            tls: TlsConfig | None = None) -> GrpcServer:
+    """Listen on host:port (with TLS when `tls`); raises OSError when the address cannot
+    be bound."""
     server = grpc.aio.server(options=[
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", min(2 * max_input_size, MAX_MESSAGE_BYTES)),
@@ -61,7 +64,10 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
     add_service(server, servicer, servicer.errors)
     target = _target(host, port)
     try:
-        bound = server.add_insecure_port(target)
+        if tls is None:
+            bound = server.add_insecure_port(target)
+        else:
+            bound = server.add_secure_port(target, tls.grpc_credentials())
     except RuntimeError as exc:
         raise OSError(f"failed to bind the gRPC server to {target}: {exc}") from None
     if bound == 0:

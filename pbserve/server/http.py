@@ -21,6 +21,7 @@ from pbserve.server.http_limits import HttpLimits
 from pbserve.server.http_messages import HttpReply, HttpRequest, method_not_allowed, not_found
 from pbserve.server.http_protocol import Handler, HttpConnection
 from pbserve.server.http_routes import Routes
+from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve.http")
 
@@ -60,22 +61,30 @@ class HttpServer:
         await self._server.wait_closed()
 
 
-async def serve(handler: Handler, host: str, port: int,
-                limits: HttpLimits = HttpLimits()) -> HttpServer:
-    """Listen on host:port and answer every request with `handler`."""
+async def serve(handler: Handler, host: str, port: int, limits: HttpLimits = HttpLimits(),
+                tls: TlsConfig | None = None) -> HttpServer:
+    """Listen on host:port (HTTPS with `tls`) and answer every request with `handler`."""
     loop = asyncio.get_running_loop()
     connections = ConnectionSet(limits)
+    tls_options = {}
+    if tls is not None:  # a handshake counts as part of the head (connections start after)
+        tls_options["ssl"] = tls.ssl_context()
+        if limits.header_timeout_s:
+            tls_options["ssl_handshake_timeout"] = limits.header_timeout_s
     server = await loop.create_server(lambda: HttpConnection(handler, connections),
-                                      host, port, reuse_address=True, backlog=1024)
+                                      host, port, reuse_address=True, backlog=1024,
+                                      **tls_options)
     connections.start()
-    log.info("HTTP server listening on %s:%d", host, server.sockets[0].getsockname()[1])
+    log.info("HTTP%s server listening on %s:%d", "S" if tls else "", host,
+             server.sockets[0].getsockname()[1])
     return HttpServer(server, connections)
 
 
 async def start_http_server(core: InferenceCore, host: str, port: int,
-                            limits: HttpLimits = HttpLimits()) -> HttpServer:
+                            limits: HttpLimits = HttpLimits(),
+                            tls: TlsConfig | None = None) -> HttpServer:
     """The KServe v2 HTTP/REST endpoint (Triton's --http-port)."""
-    return await serve(Routes(core, limits), host, port, limits)
+    return await serve(Routes(core, limits), host, port, limits, tls)
 
 
 async def start_metrics_server(core: InferenceCore, host: str, port: int,
