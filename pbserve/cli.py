@@ -20,6 +20,8 @@ from pbserve.server.http_limits import (
     DEFAULT_MAX_INPUT_SIZE,
     HttpLimits,
 )
+from pbserve.server.restrictions import CATEGORIES, GRPC_KEY_PREFIX
+from pbserve.server.restrictions import parse as parse_restrictions
 from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve")
@@ -64,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         add(f"--{proto}-server-key", default=None, help="PEM server key")
         add(f"--{proto}-root-cert", default=None,
             help="PEM root certificate(s) client certificates are verified against")
+    add("--http-restricted-api", action="append", default=[],
+        help="<api>[,<api>...]:<key>=<value>: requests to these APIs must carry header "
+             f"<key> with <value> (repeatable); APIs: {', '.join(CATEGORIES)}")
+    add("--grpc-restricted-protocol", action="append", default=[],
+        help="<protocol>[,...]:<key>=<value>: calls to these protocols must carry "
+             "metadata triton-grpc-protocol-<key> with <value> (repeatable)")
     add("--allow-http", type=_bool, default=True)
     add("--allow-grpc", type=_bool, default=True)
     add("--allow-metrics", type=_bool, default=True)
@@ -120,9 +128,20 @@ def tls_config(args: argparse.Namespace, proto: str) -> TlsConfig | None:
         raise SystemExit(f"Error: {exc}") from None
 
 
+def restricted(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The HTTP and gRPC restrictions; SystemExit with Triton's message if malformed."""
+    try:
+        return (parse_restrictions(args.http_restricted_api, "http-restricted-api"),
+                parse_restrictions(args.grpc_restricted_protocol, "grpc-restricted-protocol",
+                                   GRPC_KEY_PREFIX, "protocol"))
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
 async def serve(args: argparse.Namespace) -> int:
     limits = http_limits(args)
     http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
+    http_restricted, grpc_restricted = restricted(args)
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
@@ -139,11 +158,12 @@ async def serve(args: argparse.Namespace) -> int:
         await manager.start()
         if args.allow_http:
             servers.append(await start_http_server(manager, args.http_address, args.http_port,
-                                                   limits, http_tls))
+                                                   limits, http_tls, http_restricted))
             log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_grpc:
             servers.append(await start_grpc_server(manager, args.grpc_address, args.grpc_port,
-                                                   args.http_max_input_size, grpc_tls))
+                                                   args.http_max_input_size, grpc_tls,
+                                                   grpc_restricted))
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
                      args.grpc_port)
         if args.allow_metrics:

@@ -1,11 +1,12 @@
 """The GRPCInferenceService's method handlers, built from the service descriptor, with
-request decoding that never raises.
+request decoding that never raises, and --grpc-restricted-protocol.
 
 grpcio calls a handler's deserializer before the servicer, and a message that does not
 parse (random or truncated protobuf) raises there: grpcio then logs a traceback and ends
 the call UNKNOWN. Here a message that does not parse decodes to `Undecodable`; a unary
 call ends INVALID_ARGUMENT before the servicer runs, and the stream's reader ends its call
-with that status (grpc_stream.py).
+with that status (grpc_stream.py). A call to a restricted method without its metadata key
+ends UNAVAILABLE before anything else (restrictions.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 from pbserve.errors import MalformedRequest, ServerError
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc_codec import status_code, status_message
+from pbserve.server.restrictions import GRPC_CATEGORIES, Restriction, grpc_refusal
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 
@@ -59,13 +61,29 @@ def _checked(behavior: Callable[[Any, Any], Awaitable[Any]], rpc: str,
     return checked
 
 
-def method_handlers(servicer: Any, errors: ErrorLog) -> dict[str, grpc.RpcMethodHandler]:
-    """Each RPC of the service (by name) to the servicer's method of that name."""
+def _restricted(behavior: Callable[[Any, Any], Awaitable[Any]],
+                restriction: Restriction) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def restricted(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        reason = grpc_refusal(restriction, context.invocation_metadata())
+        if reason is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, reason)
+        return await behavior(request, context)
+    return restricted
+
+
+def method_handlers(servicer: Any, errors: ErrorLog,
+                    restricted: dict[str, Restriction] | None = None
+                    ) -> dict[str, grpc.RpcMethodHandler]:
+    """Each RPC of the service (by name) to the servicer's method of that name;
+    `restricted`: the groups --grpc-restricted-protocol closes."""
     handlers = {}
     for method in SERVICE.methods:
         request_type = getattr(pb, method.input_type.name)
         serialize = getattr(pb, method.output_type.name).SerializeToString
         behavior = getattr(servicer, method.name)
+        restriction = (restricted or {}).get(GRPC_CATEGORIES.get(method.name, ""))
+        if restriction is not None:
+            behavior = _restricted(behavior, restriction)
         if method.client_streaming:  # ModelStreamInfer: its reader checks each message
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
                 behavior, request_deserializer=_tolerant(request_type),
@@ -77,9 +95,10 @@ def method_handlers(servicer: Any, errors: ErrorLog) -> dict[str, grpc.RpcMethod
     return handlers
 
 
-def add_service(server: grpc.aio.Server, servicer: Any, errors: ErrorLog) -> None:
+def add_service(server: grpc.aio.Server, servicer: Any, errors: ErrorLog,
+                restricted: dict[str, Restriction] | None = None) -> None:
     """Serve `servicer`'s RPCs on `server` (as the generated add_..._to_server does)."""
-    handlers = method_handlers(servicer, errors)
+    handlers = method_handlers(servicer, errors, restricted)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         SERVICE.full_name, handlers),))
     register = getattr(server, "add_registered_method_handlers", None)

@@ -21,6 +21,7 @@ from pbserve.backend.api import InferenceCore
 from pbserve.server.grpc_handlers import add_service
 from pbserve.server.grpc_service import InferenceServicer
 from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE
+from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve.grpc")
@@ -51,9 +52,10 @@ def _target(host: str, port: int) -> str:
 
 async def start_grpc_server(core: InferenceCore, host: str, port: int,
                             max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
-                            tls: TlsConfig | None = None) -> GrpcServer:
-    """Listen on host:port (with TLS when `tls`); raises OSError when the address cannot
-    be bound."""
+                            tls: TlsConfig | None = None,
+                            restricted: dict[str, Restriction] | None = None) -> GrpcServer:
+    """Listen on host:port (with TLS when `tls`; `restricted`: the groups
+    --grpc-restricted-protocol closes); raises OSError when the address cannot be bound."""
     server = grpc.aio.server(options=[
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", min(2 * max_input_size, MAX_MESSAGE_BYTES)),
@@ -61,7 +63,7 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         ("grpc.so_reuseport", 0),
     ])
     servicer = InferenceServicer(core)
-    add_service(server, servicer, servicer.errors)
+    add_service(server, servicer, servicer.errors, restricted)
     target = _target(host, port)
     try:
         if tls is None:

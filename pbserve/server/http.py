@@ -21,6 +21,7 @@ from pbserve.server.http_limits import HttpLimits
 from pbserve.server.http_messages import HttpReply, HttpRequest, method_not_allowed, not_found
 from pbserve.server.http_protocol import Handler, HttpConnection
 from pbserve.server.http_routes import Routes
+from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve.http")
@@ -82,9 +83,11 @@ async def serve(handler: Handler, host: str, port: int, limits: HttpLimits = Htt
 
 async def start_http_server(core: InferenceCore, host: str, port: int,
                             limits: HttpLimits = HttpLimits(),
-                            tls: TlsConfig | None = None) -> HttpServer:
-    """The KServe v2 HTTP/REST endpoint (Triton's --http-port)."""
-    return await serve(Routes(core, limits), host, port, limits, tls)
+                            tls: TlsConfig | None = None,
+                            restricted: dict[str, Restriction] | None = None) -> HttpServer:
+    """The KServe v2 HTTP/REST endpoint (Triton's --http-port); `restricted`: the groups
+    --http-restricted-api closes (restrictions.py)."""
+    return await serve(Routes(core, limits, restricted), host, port, limits, tls)
 
 
 async def start_metrics_server(core: InferenceCore, host: str, port: int,

@@ -28,6 +28,7 @@ from pbserve.server.error_log import ErrorLog
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
 from pbserve.server.http_limits import HttpLimits
+from pbserve.server.restrictions import Restriction, http_category, http_refusal
 from pbserve.server.http_messages import (
     HttpReply,
     HttpRequest,
@@ -53,10 +54,12 @@ Reply = HttpReply | HttpStreamReply
 class Routes:
     """The request handler of the HTTP server: dispatch, then map errors to replies."""
 
-    def __init__(self, core: InferenceCore, limits: HttpLimits = HttpLimits()) -> None:
+    def __init__(self, core: InferenceCore, limits: HttpLimits = HttpLimits(),
+                 restricted: dict[str, Restriction] | None = None) -> None:
         self._core = core
         self._max_input = limits.max_input_size
         self._errors = ErrorLog(log)
+        self._restricted = restricted or {}  # --http-restricted-api, by group
 
     async def __call__(self, request: HttpRequest) -> Reply:
         try:
@@ -69,6 +72,10 @@ class Routes:
         parts = request.path.split("/")
         if len(parts) < 2 or parts[0] or parts[1] != "v2":
             return not_found()
+        if self._restricted:
+            refused = self._refusal(request, parts)
+            if refused is not None:
+                return refused
         if len(parts) >= 4 and parts[2] == "models":
             return await self._model(request, parts)
         if len(parts) == 2:
@@ -115,6 +122,15 @@ class Routes:
             return json_reply(http_stats.model(core, name, version))
         return await handle_generate(core, request, name, version,
                                      kind == "generate_stream", self._max_input)
+
+    def _refusal(self, request: HttpRequest, parts: list[str]) -> HttpReply | None:
+        """403 (Triton's) for a request to a restricted group without its header."""
+        category = http_category(parts)
+        restriction = self._restricted.get(category) if category is not None else None
+        if restriction is None:
+            return None
+        reason = http_refusal(restriction, request.headers)
+        return message_reply(403, reason) if reason is not None else None
 
     @staticmethod
     def _get(request: HttpRequest, produce: Any) -> HttpReply:
