@@ -16,6 +16,16 @@ from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.shutdown import shut_down
 from pbserve.server.http import start_http_server, start_metrics_server
+from pbserve.server.http_limits import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_INPUT_SIZE,
+    HttpLimits,
+)
+from pbserve.server.restrictions import CATEGORIES, GRPC_KEY_PREFIX
+from pbserve.server.restrictions import parse as parse_restrictions
+from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve")
 
@@ -46,6 +56,35 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-address", default="127.0.0.1")
     add("--grpc-address", default="127.0.0.1")
     add("--metrics-address", default="127.0.0.1")
+    add("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE,
+        help="most bytes of tensor data (and, apart, of JSON header) a request may carry, "
+             "as sent and decompressed; a gRPC message received may be twice as large; "
+             "default 64 MiB")
+    add("--http-header-timeout-secs", type=float, default=DEFAULT_HEADER_TIMEOUT_S,
+        help="pbserve: seconds a request's head may take to arrive (0: no limit)")
+    add("--http-body-timeout-secs", type=float, default=DEFAULT_BODY_TIMEOUT_S,
+        help="pbserve: longest pause, in seconds, within a request body (0: no limit)")
+    add("--http-keepalive-timeout-secs", type=float, default=DEFAULT_KEEPALIVE_TIMEOUT_S,
+        help="pbserve: seconds an idle connection stays open (0: no limit)")
+    add("--http-max-connections", type=int, default=None,
+        help="pbserve: open HTTP connections at most; default: the file descriptor "
+             "limit less a quarter of it (at least 64)")
+    for proto, whose in (("grpc", "tritonserver's"), ("http", "pbserve's (tritonserver "
+                                                          "has no HTTP TLS)")):
+        add(f"--{proto}-use-ssl", type=_bool, nargs="?", const=True, default=False,
+            help=f"{whose}: serve {proto.upper()} over TLS")
+        add(f"--{proto}-use-ssl-mutual", type=_bool, nargs="?", const=True, default=False,
+            help="TLS, and clients must present a certificate the root certificate signed")
+        add(f"--{proto}-server-cert", default=None, help="PEM server certificate (chain)")
+        add(f"--{proto}-server-key", default=None, help="PEM server key")
+        add(f"--{proto}-root-cert", default=None,
+            help="PEM root certificate(s) client certificates are verified against")
+    add("--http-restricted-api", action="append", default=[],
+        help="<api>[,<api>...]:<key>=<value>: requests to these APIs must carry header "
+             f"<key> with <value> (repeatable); APIs: {', '.join(CATEGORIES)}")
+    add("--grpc-restricted-protocol", action="append", default=[],
+        help="<protocol>[,...]:<key>=<value>: calls to these protocols must carry "
+             "metadata triton-grpc-protocol-<key> with <value> (repeatable)")
     add("--allow-http", type=_bool, default=True)
     add("--allow-grpc", type=_bool, default=True)
     add("--allow-metrics", type=_bool, default=True)
@@ -88,7 +127,43 @@ def configure_logging(args: argparse.Namespace) -> None:
                         datefmt="%m%d %H:%M:%S")
 
 
+def http_limits(args: argparse.Namespace) -> HttpLimits:
+    """The HTTP limits the flags ask for; SystemExit with the flag's error if invalid."""
+    try:
+        return HttpLimits(max_input_size=args.http_max_input_size,
+                          header_timeout_s=args.http_header_timeout_secs,
+                          body_timeout_s=args.http_body_timeout_secs,
+                          keepalive_timeout_s=args.http_keepalive_timeout_secs,
+                          max_connections=args.http_max_connections)
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
+def tls_config(args: argparse.Namespace, proto: str) -> TlsConfig | None:
+    """The TLS settings of `proto` ("http" or "grpc"); SystemExit naming what is wrong."""
+    try:
+        return TlsConfig.from_flags(
+            proto, getattr(args, f"{proto}_use_ssl"), getattr(args, f"{proto}_use_ssl_mutual"),
+            getattr(args, f"{proto}_server_cert"), getattr(args, f"{proto}_server_key"),
+            getattr(args, f"{proto}_root_cert"))
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
+def restricted(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The HTTP and gRPC restrictions; SystemExit with Triton's message if malformed."""
+    try:
+        return (parse_restrictions(args.http_restricted_api, "http-restricted-api"),
+                parse_restrictions(args.grpc_restricted_protocol, "grpc-restricted-protocol",
+                                   GRPC_KEY_PREFIX, "protocol"))
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
 async def serve(args: argparse.Namespace) -> int:
+    limits = http_limits(args)
+    http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
+    http_restricted, grpc_restricted = restricted(args)
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
@@ -117,15 +192,18 @@ async def serve(args: argparse.Namespace) -> int:
             core = core or node.core
         assert core is not None
         if args.allow_http:
-            servers.append(await start_http_server(core, args.http_address, args.http_port))
+            servers.append(await start_http_server(core, args.http_address, args.http_port,
+                                                   limits, http_tls, http_restricted))
             log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_grpc:
-            servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port))
+            servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port,
+                                                   args.http_max_input_size, grpc_tls,
+                                                   grpc_restricted))
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
                      args.grpc_port)
         if args.allow_metrics:
             servers.append(await start_metrics_server(core, args.metrics_address,
-                                                      args.metrics_port))
+                                                      args.metrics_port, limits))
             log.info("Started Metrics Service at %s:%d", args.metrics_address,
                      args.metrics_port)
         await stop.wait()

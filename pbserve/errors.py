@@ -16,6 +16,9 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED = 5
     ALREADY_EXISTS = 6
     CANCELLED = 7
+    # pbserve's own (Triton has no such code): shared memory for a request's tensors
+    # cannot be had.
+    RESOURCE_EXHAUSTED = 8
 
     @property
     def http_status(self) -> int:
@@ -37,6 +40,7 @@ _HTTP_STATUS = {
     ErrorCode.UNSUPPORTED: 501,
     ErrorCode.ALREADY_EXISTS: 400,
     ErrorCode.CANCELLED: 400,
+    ErrorCode.RESOURCE_EXHAUSTED: 507,  # Insufficient Storage
 }
 
 _GRPC_STATUS = {
@@ -48,6 +52,7 @@ _GRPC_STATUS = {
     ErrorCode.UNSUPPORTED: "UNIMPLEMENTED",
     ErrorCode.ALREADY_EXISTS: "ALREADY_EXISTS",
     ErrorCode.CANCELLED: "CANCELLED",
+    ErrorCode.RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
 }
 
 
@@ -61,6 +66,15 @@ class ServerError(Exception):
 
     def __repr__(self) -> str:
         return f"ServerError({self.code.name}, {self.message!r})"
+
+
+class MalformedRequest(ServerError):
+    """A request that cannot be decoded at all (JSON or protobuf syntax, nesting past
+    what a parser takes): INVALID_ARG, and worth a log line, since only a broken or
+    hostile client sends one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_ARG, message)
 
 
 def invalid_arg(message: str) -> ServerError:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -39,7 +40,7 @@ class RunningServer:
                  log_path: str | os.PathLike | None = None, launcher: Sequence[str] = ()
                  ) -> None:
         """`launcher`: a command the server runs under, e.g. `["unshare", "--pid",
-        "--fork"]`; it must stay in the server's process group."""
+        "--fork"]` or a namespace wrapper; it must stay in the server's process group."""
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
@@ -58,14 +59,18 @@ class RunningServer:
     def pid(self) -> int:
         return self.proc.pid
 
-    def wait_ready(self, timeout: float = 30.0, path: str = "/v2/health/ready") -> None:
+    def wait_ready(self, timeout: float = 30.0, path: str = "/v2/health/ready",
+                   ssl_context: ssl.SSLContext | None = None) -> None:
+        """Poll `path` until it answers 200 (over HTTPS with `ssl_context`)."""
+        scheme = "https" if ssl_context is not None else "http"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"pbserve exited with status {self.proc.returncode} "
                                    f"before it was ready{self._log_tail()}")
             try:
-                with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=1):
+                with urllib.request.urlopen(f"{scheme}://{self.http_url}{path}", timeout=1,
+                                            context=ssl_context):
                     return
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.05)
@@ -117,15 +122,20 @@ class RunningServer:
 def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
                    log_path: str | os.PathLike | None = None,
                    ready_timeout: float = 30.0, ready_path: str = "/v2/health/ready",
-                   launcher: Sequence[str] = ()) -> Iterator[RunningServer]:
+                   launcher: Sequence[str] = (), ready_ssl: ssl.SSLContext | None = None
+                   ) -> Iterator[RunningServer]:
     """A ready pbserve serving `repositories`; stopped when the block ends.
+
+    `wrapper`: a command the server's command line is appended to (one that ends by
+    exec'ing it, so that the server keeps the process id), e.g. `unshare ... sh -c ...`.
+    `ready_ssl`: the client context to poll readiness with when HTTP is served over TLS.
 
     With a model that fails to load the server is live but never ready (Triton's strict
     readiness): pass `ready_path="/v2/health/live"` then; models load before it is live.
     """
     server = RunningServer(repositories, args, log_path, launcher)
     try:
-        server.wait_ready(ready_timeout, ready_path)
+        server.wait_ready(ready_timeout, ready_path, ready_ssl)
         yield server
     finally:
         server.stop()

@@ -29,6 +29,7 @@ from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server import jsonio
 from pbserve.server.http import start_http_server, start_metrics_server
+from pbserve.server.http_connections import ConnectionSet
 from pbserve.server.http_messages import HttpReply, HttpStreamReply
 from pbserve.server.http_protocol import HttpConnection
 
@@ -677,7 +678,7 @@ class StalledTransport(asyncio.Transport):
 
 
 async def stalled_connection(handler) -> tuple[HttpConnection, StalledTransport]:
-    connection = HttpConnection(handler, set())
+    connection = HttpConnection(handler, ConnectionSet())
     transport = StalledTransport(connection)
     connection.connection_made(transport)
     return connection, transport

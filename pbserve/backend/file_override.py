@@ -11,6 +11,7 @@ left is removed when the next server starts.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -20,6 +21,9 @@ from pbserve.errors import invalid_arg
 from shm.names import process_alive
 
 FILE_PREFIX = "file:"
+# Errors a path the client chose causes (the rest, a full disk say, are the server's).
+_CLIENT_PATH_ERRORS = frozenset((errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR,
+                                 errno.EEXIST, errno.EINVAL))
 _DIR_PREFIX = "pbserve-model-"  # then the server's pid, "-", and mkdtemp's random part
 
 
@@ -45,11 +49,24 @@ def _write_one(root: Path, key: str, content: bytes) -> None:
                           f"'{FILE_PREFIX}<path>'")
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise invalid_arg(f"File parameter '{key}' must have bytes type for its value")
+    if "\0" in key:  # no file name holds one (the OS would refuse it: a ValueError)
+        shown = key.replace("\0", "\\0")
+        raise invalid_arg(f"Invalid file parameter '{shown}': a path may not contain a "
+                          f"NUL character")
     # Lexically normalized ("a/../b" -> "b"): nothing in the fresh directory is a link.
     target = Path(os.path.normpath(root / key[len(FILE_PREFIX):]))
     if root not in target.parents:
         raise invalid_arg(f"Invalid file parameter '{key}' with normalized path '{target}' "
                           f"must stay within model directory.")
+    try:
+        _write_file(key, target, content)
+    except OSError as exc:
+        if exc.errno not in _CLIENT_PATH_ERRORS:
+            raise
+        raise invalid_arg(f"Invalid file parameter '{key}': {exc.strerror}") from None
+
+
+def _write_file(key: str, target: Path, content: bytes) -> None:
     if any(p.exists() and not p.is_dir() for p in target.parents):
         raise invalid_arg(f"Invalid file parameter '{key}', directory has been created as "
                           f"a file")

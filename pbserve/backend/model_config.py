@@ -138,6 +138,9 @@ def config_from_json(s: str | bytes) -> ModelConfig:
     """`config_from_dict` of JSON text."""
     try:
         d = json.loads(s)
+    except RecursionError:
+        raise invalid_arg("failed to parse model configuration JSON: nested too "
+                          "deeply") from None
     except ValueError as exc:
         raise invalid_arg(f"failed to parse model configuration JSON: {exc}") from None
     return config_from_dict(d)

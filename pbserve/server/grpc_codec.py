@@ -31,7 +31,7 @@ from pbserve.server.grpc_shm import tensor_shm
 from pbserve.server.http_codec import byte_view, error_of
 
 __all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
-           "error_of", "model_version", "status_code"]
+           "error_of", "model_version", "status_code", "status_message"]
 
 FINAL_KEY = "triton_final_response"
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
@@ -61,6 +61,30 @@ _STATUS = {code: getattr(grpc.StatusCode, code.grpc_status_name) for code in Err
 
 def status_code(error: ServerError) -> grpc.StatusCode:
     return _STATUS[error.code]
+
+
+# The status message travels as the grpc-message trailer, percent-encoded (3 bytes for
+# each byte outside printable ASCII and for "%"). Clients refuse trailers past 8 KiB
+# (their soft limit; the call then fails RESOURCE_EXHAUSTED instead of with the error),
+# so a longer message is cut to this many encoded bytes.
+MAX_STATUS_MESSAGE = 4096
+
+
+def status_message(message: str, limit: int = MAX_STATUS_MESSAGE) -> str:
+    """`message`, cut (at a character boundary, saying so) to fit the trailer."""
+    data = message.encode("utf-8", "surrogatepass")
+    if len(data) * 3 <= limit:  # fits whatever its bytes are
+        return message
+    cost = 0
+    room = limit - 64  # what the note on the cut takes
+    for index, byte in enumerate(data):
+        cost += 1 if 0x20 <= byte <= 0x7E and byte != 0x25 else 3
+        if cost > room:
+            break
+    else:
+        return message
+    kept = data[:index].decode("utf-8", "ignore")
+    return f"{kept}... ({len(data) - len(kept.encode())} more bytes cut)"
 
 
 def model_version(text: str) -> str:

@@ -5,8 +5,10 @@
     await server.close()
 
 A `grpc.aio` server on the running event loop, serving `InferenceServicer`. Messages
-are Triton's own (`tritonclient.grpc.service_pb2`); the message size limit is Triton's
-(INT32_MAX both ways).
+are Triton's own (`tritonclient.grpc.service_pb2`). Messages sent may be as large as
+Triton's (INT32_MAX); a message received is bounded by twice `max_input_size` (the
+server's --http-max-input-size: for its tensor data and for the rest, as an HTTP body is):
+a larger one ends its call with RESOURCE_EXHAUSTED before it is read whole.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from __future__ import annotations
 import logging
 
 import grpc
-from tritonclient.grpc.service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
 
 from pbserve.backend.api import InferenceCore
+from pbserve.server.grpc_handlers import add_service
 from pbserve.server.grpc_service import InferenceServicer
+from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE
+from pbserve.server.restrictions import Restriction
+from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -51,19 +56,25 @@ def _target(host: str, port: int) -> str:
 
 
 async def start_grpc_server(core: InferenceCore, host: str, port: int,
-                            max_message_bytes: int = MAX_MESSAGE_BYTES) -> GrpcServer:
-    """Listen on host:port; raises OSError when the address cannot be bound."""
+                            max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+                            tls: TlsConfig | None = None,
+                            restricted: dict[str, Restriction] | None = None) -> GrpcServer:
+    """Listen on host:port (with TLS when `tls`; `restricted`: the groups
+    --grpc-restricted-protocol closes); raises OSError when the address cannot be bound."""
     server = grpc.aio.server(options=[
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", min(2 * max_input_size, MAX_MESSAGE_BYTES)),
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])
     servicer = InferenceServicer(core)
-    add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    add_service(server, servicer, servicer.errors, restricted)
     target = _target(host, port)
     try:
-        bound = server.add_insecure_port(target)
+        if tls is None:
+            bound = server.add_insecure_port(target)
+        else:
+            bound = server.add_secure_port(target, tls.grpc_credentials())
     except RuntimeError as exc:
         raise OSError(f"failed to bind the gRPC server to {target}: {exc}") from None
     if bound == 0:

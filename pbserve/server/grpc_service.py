@@ -25,27 +25,19 @@ from pbserve.backend.api import InferenceCore
 from pbserve.backend.model_config import config_from_dict
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.server import grpc_shm, http_stats
+from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc_codec import (
     decode_infer_request,
     encode_infer_response,
-    error_of,
     model_version,
-    status_code,
 )
+from pbserve.server.grpc_handlers import abort
 from pbserve.server.grpc_stream import StreamSession
 
 log = logging.getLogger("pbserve.grpc")
 
 _DECOUPLED_UNARY = ("ModelInfer RPC doesn't support models with decoupled transaction "
                     "policy")
-
-
-async def abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
-    """End the call with the error's status (raises grpc.aio.AbortError)."""
-    if not isinstance(exc, ServerError):
-        log.error("%s failed", rpc, exc_info=exc)
-    error = error_of(exc)
-    await context.abort(status_code(error), error.message)
 
 
 def _unsupported(what: str) -> ServerError:
@@ -65,13 +57,19 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         self._core = core
         self._sessions: set[StreamSession] = set()  # ModelStreamInfer calls open now
         self._stopping = False
+        self.errors = ErrorLog(log)
+
+    async def _fail(self, context: grpc.aio.ServicerContext, rpc: str,
+                    exc: Exception) -> None:
+        """End the call with the status of `exc` (logged as error_log.py says)."""
+        await abort(context, self.errors.request_failed(rpc, exc))
 
     async def _answer(self, context: grpc.aio.ServicerContext, rpc: str,
                       produce: Callable[[], Any]) -> Any:
         try:
             return produce()
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
-            await abort(context, exc, rpc)
+            await self._fail(context, rpc, exc)
 
     # -- inference (the hot path: no helper layers) -------------------------------------
     async def ModelInfer(self, request: pb.ModelInferRequest,
@@ -90,11 +88,11 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             finally:
                 response.release()
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
-            await abort(context, exc, "ModelInfer")
+            await self._fail(context, "ModelInfer", exc)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: grpc.aio.ServicerContext) -> None:
-        session = StreamSession(self._core, context)
+        session = StreamSession(self._core, context, self.errors)
         self._sessions.add(session)
         try:
             if self._stopping:
@@ -123,7 +121,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         try:
             ready = await self._core.model_ready(request.name, model_version(request.version))
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
-            await abort(context, exc, "ModelReady")
+            await self._fail(context, "ModelReady", exc)
         return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest,
@@ -189,7 +187,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             config, files = _load_parameters(request)
             await self._core.load_model(request.model_name, config=config, files=files)
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
-            await abort(context, exc, "RepositoryModelLoad")
+            await self._fail(context, "RepositoryModelLoad", exc)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
@@ -200,7 +198,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             await self._core.unload_model(request.model_name,
                                           unload_dependents=_unload_dependents(request))
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
-            await abort(context, exc, "RepositoryModelUnload")
+            await self._fail(context, "RepositoryModelUnload", exc)
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared-memory extensions (grpc_shm.py) -----------------------------------------
@@ -230,10 +228,10 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     # -- trace, logging: not supported ---------------------------------------------------
     async def TraceSetting(self, request: Any, context: Any) -> Any:
-        await abort(context, _unsupported("the trace extension"), "TraceSetting")
+        await abort(context, _unsupported("the trace extension"))
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
-        await abort(context, _unsupported("the logging extension over gRPC"), "LogSettings")
+        await abort(context, _unsupported("the logging extension over gRPC"))
 
 
 def _load_parameters(request: pb.RepositoryModelLoadRequest

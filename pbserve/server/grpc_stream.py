@@ -11,6 +11,8 @@ allows one write at a time). What Triton's stream handler does, and so this does
 * an error is a response with `error_message` (and the request id); the call stays
   open for the other requests;
 * when the client half-closes, the requests in flight finish, then the call ends OK;
+* a message that does not parse ends the call INVALID_ARGUMENT (a failure to read the
+  stream, INTERNAL): what the client sent cannot be trusted to mean what it said;
 * when the call is cancelled (client cancel, deadline, server stop), the tasks of the
   requests in flight are cancelled;
 * when the server shuts down (`stop_reading`), no more requests are read; once those in
@@ -30,14 +32,18 @@ from tritonclient.grpc import service_pb2 as pb
 
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.types import InferRequest, InferResponse
-from pbserve.errors import ServerError
+from pbserve.errors import ServerError, internal
+from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc_codec import (
     FINAL_KEY,
     decode_infer_request,
     encode_infer_response,
     error_of,
     model_version,
+    status_code,
+    status_message,
 )
+from pbserve.server.grpc_handlers import Undecodable
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -48,9 +54,12 @@ SHUTTING_DOWN = "the server is shutting down: this stream takes no more requests
 class StreamSession:
     """The requests in flight on one ModelStreamInfer call, and the call's writer."""
 
-    def __init__(self, core: InferenceCore, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, core: InferenceCore, context: grpc.aio.ServicerContext,
+                 errors: ErrorLog) -> None:
         self._core = core
         self._context = context
+        self._errors = errors
+        self._status: ServerError | None = None  # the call's, when not OK
         self._outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
         self._reading = True
@@ -74,7 +83,10 @@ class StreamSession:
                 if message is _END:
                     break
                 await write(message)
-            if self._shutting_down:
+            if self._status is not None:
+                self._context.set_code(status_code(self._status))
+                self._context.set_details(status_message(self._status.message))
+            elif self._shutting_down:
                 self._context.set_code(grpc.StatusCode.UNAVAILABLE)
                 self._context.set_details(SHUTTING_DOWN)
         finally:
@@ -88,12 +100,14 @@ class StreamSession:
     async def _read(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
         try:
             async for request in requests:
+                if type(request) is Undecodable:
+                    self._end(request.error)
+                    return
                 self._start(request)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the transport failed: end the call
-            log.debug("ModelStreamInfer: reading the stream failed: %r", exc)
-            self._outbox.put_nowait(_END)
+            self._end(internal(f"reading the request stream failed: {exc!r}"))
             return
         self._reading = False
         self._maybe_end()
@@ -129,6 +143,11 @@ class StreamSession:
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
+    def _end(self, error: ServerError) -> None:
+        """End the call now with `error`'s status (the requests in flight are cancelled)."""
+        self._status = self._errors.request_failed("ModelStreamInfer", error)
+        self._outbox.put_nowait(_END)
+
     def _finished(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         self._maybe_end()
@@ -161,7 +180,8 @@ class StreamSession:
             finally:
                 response.release()
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
-            return refused_message(request, _logged(exc))
+            return refused_message(request, self._errors.request_failed(
+                "ModelStreamInfer", exc))
 
     async def _serve_decoupled(self, request: pb.ModelInferRequest,
                                infer_request: InferRequest, empty_final: bool) -> None:
@@ -178,13 +198,8 @@ class StreamSession:
                     finally:
                         response.release()
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
-            put(refused_message(request, _logged(exc)))
-
-
-def _logged(exc: Exception) -> ServerError:
-    if not isinstance(exc, ServerError):
-        log.error("ModelStreamInfer: request failed", exc_info=exc)
-    return error_of(exc)
+            put(refused_message(request, self._errors.request_failed(
+                "ModelStreamInfer", exc)))
 
 
 def is_flag_only(response: InferResponse) -> bool:

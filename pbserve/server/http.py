@@ -13,24 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 from pbserve.backend.api import InferenceCore
+from pbserve.server.http_connections import ConnectionSet
+from pbserve.server.http_limits import HttpLimits
 from pbserve.server.http_messages import HttpReply, HttpRequest, method_not_allowed, not_found
 from pbserve.server.http_protocol import Handler, HttpConnection
 from pbserve.server.http_routes import Routes
+from pbserve.server.restrictions import Restriction
+from pbserve.server.tls import TlsConfig
 
 log = logging.getLogger("pbserve.http")
 
 CONTENT_METRICS = b"text/plain; version=0.0.4; charset=utf-8"
 # How long close() lets requests in progress finish before cutting them off.
 CLOSE_GRACE_S = 5.0
+METRICS_MAX_CONNECTIONS = 64
 
 
 class HttpServer:
     """A listening socket and its connections; `close()` stops both."""
 
-    def __init__(self, server: asyncio.AbstractServer,
-                 connections: set[HttpConnection]) -> None:
+    def __init__(self, server: asyncio.AbstractServer, connections: ConnectionSet) -> None:
         self._server = server
         self._connections = connections
 
@@ -42,37 +47,55 @@ class HttpServer:
     async def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
         """Stop accepting, close idle connections, give busy ones `grace_s` to answer."""
         self._server.close()
+        self._connections.stop()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         while True:
-            for connection in list(self._connections):
+            for connection in self._connections:
                 if connection.idle:
                     connection.close()
             if not self._connections or loop.time() >= deadline:
                 break
             await asyncio.sleep(0.02)
-        for connection in list(self._connections):
+        for connection in self._connections:
             connection.abort()
         await self._server.wait_closed()
 
 
-async def serve(handler: Handler, host: str, port: int) -> HttpServer:
-    """Listen on host:port and answer every request with `handler`."""
+async def serve(handler: Handler, host: str, port: int, limits: HttpLimits = HttpLimits(),
+                tls: TlsConfig | None = None) -> HttpServer:
+    """Listen on host:port (HTTPS with `tls`) and answer every request with `handler`."""
     loop = asyncio.get_running_loop()
-    connections: set[HttpConnection] = set()
+    connections = ConnectionSet(limits)
+    tls_options = {}
+    if tls is not None:  # a handshake counts as part of the head (connections start after)
+        tls_options["ssl"] = tls.ssl_context()
+        if limits.header_timeout_s:
+            tls_options["ssl_handshake_timeout"] = limits.header_timeout_s
     server = await loop.create_server(lambda: HttpConnection(handler, connections),
-                                      host, port, reuse_address=True, backlog=1024)
-    log.info("HTTP server listening on %s:%d", host, server.sockets[0].getsockname()[1])
+                                      host, port, reuse_address=True, backlog=1024,
+                                      **tls_options)
+    connections.start()
+    log.info("HTTP%s server listening on %s:%d", "S" if tls else "", host,
+             server.sockets[0].getsockname()[1])
     return HttpServer(server, connections)
 
 
-async def start_http_server(core: InferenceCore, host: str, port: int) -> HttpServer:
-    """The KServe v2 HTTP/REST endpoint (Triton's --http-port)."""
-    return await serve(Routes(core), host, port)
+async def start_http_server(core: InferenceCore, host: str, port: int,
+                            limits: HttpLimits = HttpLimits(),
+                            tls: TlsConfig | None = None,
+                            restricted: dict[str, Restriction] | None = None) -> HttpServer:
+    """The KServe v2 HTTP/REST endpoint (Triton's --http-port); `restricted`: the groups
+    --http-restricted-api closes (restrictions.py)."""
+    return await serve(Routes(core, limits, restricted), host, port, limits, tls)
 
 
-async def start_metrics_server(core: InferenceCore, host: str, port: int) -> HttpServer:
-    """GET /metrics in Prometheus text format (Triton's --metrics-port)."""
+async def start_metrics_server(core: InferenceCore, host: str, port: int,
+                               limits: HttpLimits = HttpLimits()) -> HttpServer:
+    """GET /metrics in Prometheus text format (Triton's --metrics-port); scrapers need
+    few connections."""
+    limits = replace(limits, max_connections=min(
+        limits.max_connections or METRICS_MAX_CONNECTIONS, METRICS_MAX_CONNECTIONS))
 
     async def metrics(request: HttpRequest) -> HttpReply:
         if request.path != "/metrics":
@@ -81,4 +104,4 @@ async def start_metrics_server(core: InferenceCore, host: str, port: int) -> Htt
             return method_not_allowed()
         return HttpReply(200, (core.metrics_text().encode(),), CONTENT_METRICS)
 
-    return await serve(metrics, host, port)
+    return await serve(metrics, host, port, limits)

@@ -31,8 +31,9 @@ from pbserve.backend.types import (
     ShmRef,
     TensorData,
 )
-from pbserve.errors import ServerError, internal, invalid_arg
+from pbserve.errors import ErrorCode, MalformedRequest, ServerError, internal, invalid_arg
 from pbserve.server import jsonio
+from shm.region import ShmExhausted
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(t).newbyteorder("<") for name, t in {
@@ -70,7 +71,7 @@ def parse_json(data: bytes | bytearray | memoryview, what: str) -> Any:
     try:
         return jsonio.loads(data)
     except jsonio.DecodeError as exc:
-        raise invalid_arg(f"failed to parse the {what} JSON buffer: {exc}") from None
+        raise MalformedRequest(f"failed to parse the {what} JSON buffer: {exc}") from None
 
 
 def decode_infer_request(model: str, version: str, header: Any,
@@ -426,7 +427,10 @@ def encode_infer_response(response: InferResponse,
 
 
 def error_of(exc: BaseException) -> ServerError:
-    """Any exception of a request -> a ServerError (unexpected ones are INTERNAL)."""
+    """Any exception of a request -> a ServerError: shared memory that cannot be had is
+    RESOURCE_EXHAUSTED (its message names the size), other unexpected ones INTERNAL."""
     if isinstance(exc, ServerError):
         return exc
+    if isinstance(exc, ShmExhausted):
+        return ServerError(ErrorCode.RESOURCE_EXHAUSTED, str(exc))
     return internal(f"{type(exc).__name__}: {exc}")

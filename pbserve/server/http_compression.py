@@ -13,9 +13,12 @@ from pbserve.errors import ErrorCode, ServerError, invalid_arg
 _WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 
 
-def decompress_body(encoding: bytes | None, body: bytes | bytearray) -> bytes | bytearray:
+def decompress_body(encoding: bytes | None, body: bytes | bytearray,
+                    limit: int) -> bytes | bytearray:
     """The request body as sent before compression; UNSUPPORTED (501, like Triton)
-    for an encoding other than gzip, deflate or identity."""
+    for an encoding other than gzip, deflate or identity, INVALID_ARG (400, like Triton)
+    when it would expand past `limit` bytes (--http-max-input-size): decompression stops
+    there, so a small body cannot make the server allocate gigabytes."""
     if encoding is None:
         return body
     encoding = encoding.strip().lower()
@@ -24,11 +27,19 @@ def decompress_body(encoding: bytes | None, body: bytes | bytearray) -> bytes | 
     wbits = _WBITS.get(encoding)
     if wbits is None:
         raise ServerError(ErrorCode.UNSUPPORTED, "Unsupported compression type")
+    inflater = zlib.decompressobj(wbits)
     try:
-        return zlib.decompress(body, wbits)
+        data = inflater.decompress(body, limit + 1)
     except zlib.error as exc:
         raise invalid_arg(f"failed to decompress the {encoding.decode()} request body: "
                           f"{exc}") from None
+    if len(data) > limit:
+        raise invalid_arg(f"Decompressed data size exceeds the maximum allowed value of "
+                          f"{limit} bytes. Use --http-max-input-size to increase the limit.")
+    if not inflater.eof:
+        raise invalid_arg(f"failed to decompress the {encoding.decode()} request body: "
+                          f"incomplete or truncated stream")
+    return data
 
 
 def response_encoding(accept: bytes | None) -> bytes | None:

@@ -34,17 +34,18 @@ from pbserve.server.http_messages import (
 
 
 async def handle_generate(core: InferenceCore, request: HttpRequest, model: str,
-                          version: str, streaming: bool) -> HttpReply | HttpStreamReply:
+                          version: str, streaming: bool,
+                          max_input: int) -> HttpReply | HttpStreamReply:
     metadata = core.model_metadata(model, version)
-    infer_request = build_request(model, version, metadata, _body(request))
+    infer_request = build_request(model, version, metadata, _body(request, max_input))
     responses = _responses(core, infer_request, core.is_decoupled(model, version))
     if streaming:
         return await _stream_reply(responses)
     return await _single_reply(responses)
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
-    body = decompress_body(request.headers.get(b"content-encoding"), request.body)
+def _body(request: HttpRequest, max_input: int) -> dict[str, Any]:
+    body = decompress_body(request.headers.get(b"content-encoding"), request.body, max_input)
     if not body:
         return {}
     value = codec.parse_json(body, "request")

@@ -15,6 +15,7 @@ from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server import http_codec as codec
 from pbserve.server import jsonio
 from pbserve.server.http_compression import compress, decompress_body, response_encoding
+from pbserve.server.http_limits import JSON_LENGTH_HEADER, body_limit
 from pbserve.server.http_messages import (
     CONTENT_BINARY,
     CONTENT_JSON,
@@ -23,14 +24,17 @@ from pbserve.server.http_messages import (
     error_reply,
 )
 
-HEADER_LENGTH = b"inference-header-content-length"
+HEADER_LENGTH = JSON_LENGTH_HEADER
 HEADER_LENGTH_OUT = b"Inference-Header-Content-Length"
 _EMPTY = memoryview(b"")
 
 
-def split_body(request: HttpRequest) -> tuple[object, memoryview]:
+def split_body(request: HttpRequest, max_input: int) -> tuple[object, memoryview]:
     """The parsed JSON header and the binary section of an infer request body."""
-    body = decompress_body(request.headers.get(b"content-encoding"), request.body)
+    body = request.body
+    encoding = request.headers.get(b"content-encoding")
+    if encoding is not None:
+        body = decompress_body(encoding, body, body_limit(max_input, request.headers))
     value = request.headers.get(HEADER_LENGTH)
     if value is None:
         return codec.parse_json(body, "request"), _EMPTY
@@ -46,11 +50,11 @@ def split_body(request: HttpRequest) -> tuple[object, memoryview]:
 
 
 async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
-                       version: str) -> HttpReply:
+                       version: str, max_input: int) -> HttpReply:
     if core.is_decoupled(model, version):
         raise ServerError(ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models "
                           "with decoupled transaction policy")
-    header, binary = split_body(request)
+    header, binary = split_body(request, max_input)
     infer_request, plan = codec.decode_infer_request(model, version, header, binary)
     response = await core.infer(infer_request)
     try:

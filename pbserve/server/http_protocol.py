@@ -17,10 +17,13 @@ import asyncio
 import collections
 import http
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import httptools
 
+from pbserve.server.http_connections import ConnectionSet
+from pbserve.server.http_limits import body_limit, too_large_message
 from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 
 log = logging.getLogger("pbserve.http")
@@ -38,6 +41,11 @@ MAX_PENDING = 32
 # A request line and headers longer than this get 431 and the connection is closed (KServe
 # heads are small: tensors and their JSON header travel in the body).
 MAX_HEAD = 64 * 1024
+# After answering a request it will not read (malformed, too large), the connection sends
+# its FIN and reads no more; it is closed this much later. Closing at once, with the
+# client's unread bytes in the socket, would reset the connection, and a reset can destroy
+# the answer before the client has read it.
+LINGER_S = 1.0
 
 _STATUS_LINES = {
     int(s): b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in http.HTTPStatus
@@ -68,6 +76,15 @@ def render_head(status: int, content_type: bytes | None,
     return b"".join(parts)
 
 
+class _Rejected(Exception):
+    """Raised in a parser callback to stop parsing a request that gets `status` instead."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
 class _Body:
     """The body of the request being parsed: a list of chunks, or one bytearray grown
     as the data arrives when Content-Length says it is large. Never allocated ahead of
@@ -95,24 +112,53 @@ class _Body:
         return b"".join(chunks)
 
 
+class _CountedBody(_Body):
+    """A body of no announced length (chunked): the bytes received are counted against
+    the limit, since no Content-Length could be checked before."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(0)
+        self.limit = limit
+        self.left = limit
+
+    def add(self, chunk: bytes) -> None:
+        self.left -= len(chunk)
+        if self.left < 0:
+            raise _Rejected(413, too_large_message(None, self.limit))
+        self.chunks.append(chunk)
+
+
+_NO_BODY = _Body(0)  # never added to: between requests, and after a rejected one
+
+
 class HttpConnection(asyncio.Protocol):
     """Parses requests off the socket, hands each to `handler`, writes its reply."""
 
-    def __init__(self, handler: Handler, connections: set[HttpConnection]) -> None:
+    def __init__(self, handler: Handler, connections: ConnectionSet) -> None:
         self._handler = handler
         self._connections = connections
+        self._limits = limits = connections.limits
+        self._max_input = limits.max_input_size
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._in_head = False  # between a request's first byte and its headers' end
+        self._in_body = False  # between a request's headers' end and its last byte
         self._head_bytes = 0
-        self._body = _Body(0)
+        # Times on the sweeper's clock (ConnectionSet.now, which lags by up to a round):
+        # the last read (or the end of the last reply), and the start of the head being
+        # read. Opening reads the clock itself, so that new connections keep their order.
+        self._active_at = self._head_at = time.monotonic()
+        self._body = _NO_BODY
         self._pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
         self._task: asyncio.Task | None = None
         self._reading_paused = False
         self._drained: asyncio.Future | None = None
+        self._closing = False  # answered a request it will not read on: reads no more
         self.closed = False
 
     # --- asyncio.Protocol ---------------------------------------------------------
@@ -122,7 +168,8 @@ class HttpConnection(asyncio.Protocol):
         # high=0: any data left in the transport's buffer pauses us, and resume_writing
         # comes exactly when it drained; that is when reply buffers may be released.
         transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined]
-        self._connections.add(self)
+        if not self._connections.admit(self):
+            self._refuse()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The client went away: what it was waiting for is cancelled (the backend drops
@@ -142,14 +189,19 @@ class HttpConnection(asyncio.Protocol):
         self._wake_drain()
 
     def data_received(self, data: bytes) -> None:
+        self._active_at = self._connections.now
         in_head = self._in_head
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._fail(message_reply(400, "protocol upgrade is not supported"))
+            self._fail(400, "protocol upgrade is not supported")
             return
         except httptools.HttpParserError as exc:
-            self._fail(message_reply(400, f"malformed HTTP request: {exc}"))
+            rejected = exc.__context__
+            if isinstance(rejected, _Rejected):
+                self._fail(rejected.status, rejected.message)
+            else:
+                self._fail(400, f"malformed HTTP request: {exc}")
             return
         # The parser keeps a head until it is complete: bound what one may hold. A chunk
         # counts when the head it continues is still open after it (one that starts a
@@ -157,8 +209,7 @@ class HttpConnection(asyncio.Protocol):
         if in_head and self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD:
-                self._fail(message_reply(431, f"request line and headers exceed "
-                                              f"{MAX_HEAD} bytes"))
+                self._fail(431, f"request line and headers exceed {MAX_HEAD} bytes")
 
     # --- httptools callbacks -------------------------------------------------------
 
@@ -166,6 +217,7 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers = {}
         self._in_head = True
+        self._head_at = self._active_at
         self._head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
@@ -176,9 +228,18 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._in_body = True
         headers = self._headers
         length = headers.get(b"content-length")
-        self._body = _Body(int(length) if length is not None and length.isdigit() else 0)
+        if length is None:
+            self._body = _CountedBody(body_limit(self._max_input, headers))
+        else:
+            size = int(length) if length.isdigit() else 0
+            if size > self._max_input:  # then the JSON header's share decides
+                limit = body_limit(self._max_input, headers)
+                if size > limit:
+                    raise _Rejected(413, too_large_message(size, limit))
+            self._body = _Body(size)
         if headers.get(b"expect", b"").lower() == b"100-continue":
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -186,10 +247,11 @@ class HttpConnection(asyncio.Protocol):
         self._body.add(chunk)
 
     def on_message_complete(self) -> None:
+        self._in_body = False
         path, _, query = self._url.partition(b"?")
         request = HttpRequest(self._parser.get_method(), path.decode("latin-1"), query,
                               self._headers, self._body.value())
-        self._body = _Body(0)
+        self._body = _NO_BODY
         self._pending.append((request, self._parser.should_keep_alive()))
         if self._task is None:
             self._task = self._loop.create_task(self._serve())
@@ -203,11 +265,13 @@ class HttpConnection(asyncio.Protocol):
         """Handle the queued requests in order, then end; a new one restarts it."""
         try:
             await self._serve_pending()
-        except Exception:
-            log.exception("HTTP connection failed while replying")
+        except Exception as exc:
+            self._connections.errors.line(logging.ERROR, "reply", "HTTP connection failed "
+                                          "while replying", exc_info=exc)
             self._transport.abort()
         finally:
             self._task = None
+            self._active_at = self._head_at = self._connections.now
 
     async def _serve_pending(self) -> None:
         while self._pending and not self.closed:
@@ -231,8 +295,10 @@ class HttpConnection(asyncio.Protocol):
             return await self._handler(request)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("HTTP %s %s failed", request.method.decode(), request.path)
+        except Exception as exc:
+            self._connections.errors.line(
+                logging.ERROR, type(exc).__name__,
+                f"HTTP {request.method.decode()} {request.path[:200]} failed", exc_info=exc)
             return message_reply(500, "internal server error")
 
     async def _send(self, reply: HttpReply, keep_alive: bool) -> None:
@@ -286,13 +352,78 @@ class HttpConnection(asyncio.Protocol):
         if drained is not None and not drained.done():
             drained.set_result(None)
 
-    def _fail(self, reply: HttpReply) -> None:
-        """A request we cannot parse: answer it and close, as the stream is lost."""
-        if self._task is None and not self.closed:
-            self._transport.write(render_head(reply.status, reply.content_type, (),
-                                              sum(map(len, reply.body)), False))
-            self._transport.writelines(reply.body)
+    def _fail(self, status: int, message: str) -> None:
+        """A request we will not read on (unparsable, too large, too slow): what it
+        buffered is dropped, and the connection answers it and closes. The answer goes
+        out unless a reply is still ahead of it; then the connection closes at once."""
+        self._body = _NO_BODY
+        self._headers = {}
+        if self._closing or self.closed:
+            return
+        self._closing = True
+        self._log_refusal(status, message)
+        transport = self._transport
+        if self._task is not None:
+            transport.close()
+            return
+        self._write_error(status, message)
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.pause_reading()
+        self._loop.call_later(LINGER_S, transport.close)
+
+    # --- timeouts and the connection cap (called by the ConnectionSet) ---------------
+
+    @property
+    def idle_since(self) -> float | None:
+        """When it went idle: no request being read or answered (None: busy)."""
+        if self._task is not None or self._in_head or self._in_body or self._closing:
+            return None
+        return self._active_at
+
+    def expire(self, now: float) -> None:
+        """Close the connection if what it waits for took too long: the rest of a head,
+        the next bytes of a body (408), a next request (closed without a word)."""
+        if self._task is not None or self._closing or self.closed:
+            return
+        limits = self._limits
+        if self._in_head:
+            timeout = limits.header_timeout_s
+            if timeout and now - self._head_at > timeout:
+                self._fail(408, f"request head not received within {timeout:g} s")
+        elif self._in_body:
+            timeout = limits.body_timeout_s
+            if timeout and now - self._active_at > timeout:
+                self._fail(408, f"no request body data received for {timeout:g} s")
+        else:
+            timeout = limits.keepalive_timeout_s
+            if timeout and now - self._active_at > timeout:
+                self.close_idle()
+
+    def close_idle(self) -> None:
+        self._closing = True
         self._transport.close()
+
+    def _refuse(self) -> None:
+        """Past the connection cap with no idle connection to close: 503 and close."""
+        self._closing = True
+        message = (f"the server holds as many connections as it accepts "
+                   f"({self._connections.max_connections}, --http-max-connections): try "
+                   f"again later")
+        self._log_refusal(503, message)
+        self._write_error(503, message)
+        self._transport.close()
+
+    def _write_error(self, status: int, message: str) -> None:
+        reply = message_reply(status, message)
+        self._transport.write(render_head(status, reply.content_type, (),
+                                          sum(map(len, reply.body)), False))
+        self._transport.writelines(reply.body)
+
+    def _log_refusal(self, status: int, message: str) -> None:
+        peer = self._transport.get_extra_info("peername")
+        self._connections.errors.line(logging.WARNING, f"http-{status}",
+                                      f"HTTP {status} to {peer}: {message}")
 
     # --- shutdown -----------------------------------------------------------------
 

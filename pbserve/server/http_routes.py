@@ -24,11 +24,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
-from pbserve.errors import ServerError
 from pbserve.server import http_repository, http_shm, http_stats
-from pbserve.server.http_codec import error_of
+from pbserve.server.error_log import ErrorLog
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
+from pbserve.server.http_limits import HttpLimits
+from pbserve.server.restrictions import Restriction, http_category, http_refusal
 from pbserve.server.http_messages import (
     HttpReply,
     HttpRequest,
@@ -54,22 +55,28 @@ Reply = HttpReply | HttpStreamReply
 class Routes:
     """The request handler of the HTTP server: dispatch, then map errors to replies."""
 
-    def __init__(self, core: InferenceCore) -> None:
+    def __init__(self, core: InferenceCore, limits: HttpLimits = HttpLimits(),
+                 restricted: dict[str, Restriction] | None = None) -> None:
         self._core = core
+        self._max_input = limits.max_input_size
+        self._errors = ErrorLog(log)
+        self._restricted = restricted or {}  # --http-restricted-api, by group
 
     async def __call__(self, request: HttpRequest) -> Reply:
         try:
             return await self._dispatch(request)
         except Exception as exc:
-            error = error_of(exc)
-            if not isinstance(exc, ServerError):
-                log.exception("HTTP %s %s failed", request.method.decode(), request.path)
-            return error_reply(error)
+            return error_reply(self._errors.request_failed(
+                f"HTTP {request.method.decode()} {request.path[:200]}", exc))
 
     async def _dispatch(self, request: HttpRequest) -> Reply:
         parts = request.path.split("/")
         if len(parts) < 2 or parts[0] or parts[1] != "v2":
             return not_found()
+        if self._restricted:
+            refused = self._refusal(request, parts)
+            if refused is not None:
+                return refused
         if len(parts) >= 4 and parts[2] == "models":
             return await self._model(request, parts)
         if len(parts) == 2:
@@ -105,7 +112,7 @@ class Routes:
                           version: str) -> Reply:
         core = self._core
         if kind == "infer":
-            return await handle_infer(core, request, name, version)
+            return await handle_infer(core, request, name, version, self._max_input)
         if kind == "":
             return json_reply(core.model_metadata(name, version))
         if kind == "ready":
@@ -117,7 +124,16 @@ class Routes:
         if kind == "stats":
             return json_reply(http_stats.model(core, name, version))
         return await handle_generate(core, request, name, version,
-                                     streaming=kind == "generate_stream")
+                                     kind == "generate_stream", self._max_input)
+
+    def _refusal(self, request: HttpRequest, parts: list[str]) -> HttpReply | None:
+        """403 (Triton's) for a request to a restricted group without its header."""
+        category = http_category(parts)
+        restriction = self._restricted.get(category) if category is not None else None
+        if restriction is None:
+            return None
+        reason = http_refusal(restriction, request.headers)
+        return message_reply(403, reason) if reason is not None else None
 
     @staticmethod
     def _get(request: HttpRequest, produce: Any) -> HttpReply:

@@ -22,7 +22,10 @@ DecodeError = ValueError  # json.JSONDecodeError and orjson.JSONDecodeError both
 
 
 def _std_loads(data: bytes | bytearray | memoryview | str) -> Any:
-    return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+    try:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+    except RecursionError:  # arrays or objects nested about a thousand deep
+        raise DecodeError("nested too deeply") from None
 
 
 def _std_dumps(value: Any) -> bytes:
