@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from pbserve.backend.config_sources import ConfigSources
+from pbserve.backend.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.manager import ModelManager
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-info", type=_bool, default=True)
     add("--log-warning", type=_bool, default=True)
     add("--log-error", type=_bool, default=True)
+    add("--log-format", choices=["default", "ISO8601"], default="default")
+    add("--log-file", default="", help="append the log to this file instead of stderr")
     add("--exit-timeout-secs", type=int, default=30)
     add("--strict-readiness", type=_bool, default=True)
     add("--backend-config", action="append", default=[],
@@ -62,11 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(args: argparse.Namespace) -> None:
-    level = logging.DEBUG if args.log_verbose > 0 else (
-        logging.INFO if args.log_info else logging.WARNING if args.log_warning else logging.ERROR)
-    logging.basicConfig(stream=sys.stderr, level=level,
-                        format="%(levelname).1s%(asctime)s %(process)d %(name)s %(message)s",
-                        datefmt="%m%d %H:%M:%S")
+    """The log settings of the flags; `/v2/logging` changes them later (log_settings.py)."""
+    SERVER_LOG.install(LogSettings(
+        log_file=args.log_file, log_info=args.log_info, log_warning=args.log_warning,
+        log_error=args.log_error, log_verbose_level=max(args.log_verbose, 0),
+        log_format=args.log_format))
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -111,7 +114,11 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args)
+    try:
+        configure_logging(args)
+    except OSError as exc:
+        print(f"error: cannot open log file '{args.log_file}': {exc}", file=sys.stderr)
+        return 1
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works

@@ -41,6 +41,8 @@ SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reas
 #   the model's optional `sequence_terminated(correlation_id, reason)`; no answer
 FORGET_REGION = 10  # control queue: (FORGET_REGION, token): a client region was
 #   unregistered; unmap the window of that token (shm/client_region.py) if mapped
+LOG_SETTINGS = 20  # (LOG_SETTINGS, verbose_level, info, warning, error): main queue at
+#   start, control queue on a change (stub/log_levels.py)
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)

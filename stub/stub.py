@@ -33,6 +33,7 @@ from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.context import CURRENT_KEYS
+from stub.log_levels import LogLevels
 from stub.model_loader import import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
@@ -67,6 +68,7 @@ class Stub:
         self.decoupled = False
         self.model_name = ""
         self.cancel_coroutines = False
+        self.log_levels = LogLevels()
         self.async_loop = AsyncLoopThread(self.log_error)
         self.calls = Calls(self.send)
         self.borrowed = BorrowedBlocks()
@@ -120,6 +122,8 @@ class Stub:
                     self.on_finalize()
                 elif kind == p.SEQUENCE_TERMINATED:
                     self.on_sequence_terminated(message[1], message[2])
+                elif kind == p.LOG_SETTINGS:
+                    self.log_levels.update(*message[1:])
         finally:
             self.close()
 
@@ -140,6 +144,8 @@ class Stub:
                 self.runtime.mark_cancelled(message[1])
             elif kind == p.FORGET_REGION:
                 self.regions.forget(message[1])
+            elif kind == p.LOG_SETTINGS:
+                self.log_levels.update(*message[1:])
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:

@@ -39,10 +39,10 @@ log = logging.getLogger("pbserve.backend")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 # Only what pbserve implements (Triton also lists classification, CUDA shared memory,
-# trace, logging, which pbserve refuses with a message saying so).
+# trace, which pbserve refuses with a message saying so).
 EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
               "system_shared_memory", "statistics", "binary_tensor_data", "parameters",
-              "generate"]
+              "generate", "logging"]
 
 
 @dataclass

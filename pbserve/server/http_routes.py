@@ -12,6 +12,7 @@ accepted shapes are those of Triton's own patterns:
     /v2/repository[/R]/index                  POST
     /v2/repository[/R]/models/M/(load|unload) POST (a repository name R: 501, as Triton)
     /v2/(system|cuda)sharedmemory[/region/R]/(status|register|unregister)  (http_shm)
+    /v2/logging                               GET, POST  (http_logging)
 
 Anything else is 404 `{"error": "Not Found"}`; a known path with the wrong method is
 405 `{"error": "Method Not Allowed"}`.
@@ -25,7 +26,7 @@ from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
 from pbserve.errors import ServerError
-from pbserve.server import http_repository, http_shm, http_stats
+from pbserve.server import http_logging, http_repository, http_shm, http_stats
 from pbserve.server.http_codec import error_of
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
@@ -80,6 +81,8 @@ class Routes:
             return await http_repository.handle(self._core, request, parts[3:])
         if parts[2] == http_shm.SYSTEM or parts[2] == http_shm.CUDA:
             return http_shm.handle(self._core, request, parts[2], parts[3:])
+        if parts[2] == "logging" and len(parts) == 3:
+            return http_logging.handle(request)
         return not_found()
 
     async def _model(self, request: HttpRequest, parts: list[str]) -> Reply:
