@@ -22,6 +22,7 @@ from pbserve.backend.sequence_batcher import SequenceBatcher
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.validation import RequestValidator
+from pbserve.backend.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.block_refs import BlockRefs
 from shm.pool import Block, RegionMap
@@ -74,15 +75,33 @@ class Model:
                 if auto_complete else None
             self._set_config(apply_auto_complete(
                 self.cfg, config_from_json(completed) if completed else self.cfg))
+            samples = warmup_samples(self.cfg, self.model_dir)
         except BaseException:
             await self.unload()
             raise
         results = await asyncio.gather(*(i.start() for i in self.instances),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
+        if not errors and samples:
+            results = await asyncio.gather(
+                *(warm_up(i, samples, self._warmup_request) for i in self.instances),
+                return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            self.stats = ModelStats(self.name, self.version)  # warmup is not counted
         if errors:
             await self.unload()
             raise errors[0]
+
+    def _warmup_request(self, request: InferRequest) -> PendingRequest:
+        """A warmup request (warmup.py), validated and in shared memory, for an
+        instance to run directly (no scheduler, no statistics)."""
+        batch_size = self._validator.validate(request)
+        descs, blocks = self._copy_inputs(request, batch_size)
+        key = next(_keys)
+        msg = (key, request.id, request.correlation_id, request.flags, "{}", 0,
+               self._output_names, descs, False, None)
+        return PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
+                              streaming=self.decoupled)
 
     def _create_instances(self) -> None:
         self.scheduler = self._new_scheduler(self.cfg)
