@@ -12,6 +12,7 @@ from pathlib import Path
 from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.manager import ModelManager
+from pbserve.ignored_flags import add_ignored_flags, warn_ignored
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
 
@@ -59,8 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--backend-config", action="append", default=[],
         help="<backend>,<setting>=<value>: python,default-max-batch-size=N is used; "
              "other settings are accepted and ignored")
-    add("--backend-directory", default=None, help="accepted for compatibility; unused")
     add("--disable-auto-complete-config", action="store_true")
+    add("--strict-model-config", type=_bool, default=None,
+        help="true: as --disable-auto-complete-config; false: auto-complete (tritonserver's "
+             "older flag)")
+    add("--exit-on-error", type=_bool, default=True,
+        help="exit when a model fails to load at start-up (tritonserver's default)")
+    add("--model-load-thread-count", type=int, default=4,
+        help="models loaded at once at start-up")
+    add_ignored_flags(parser)
     return parser
 
 
@@ -72,11 +80,20 @@ def configure_logging(args: argparse.Namespace) -> None:
         log_format=args.log_format))
 
 
+def auto_complete(args: argparse.Namespace) -> bool:
+    """Whether models' `auto_complete_config` runs (--disable-auto-complete-config, or
+    the older --strict-model-config=true, turns it off)."""
+    if args.strict_model_config is not None:
+        return not args.strict_model_config
+    return not args.disable_auto_complete_config
+
+
 async def serve(args: argparse.Namespace) -> int:
+    warn_ignored(args)
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
-                           auto_complete=not args.disable_auto_complete_config,
+                           auto_complete=auto_complete(args),
                            config_sources=ConfigSources.from_files(
                                args.model_config_defaults, args.backend_config),
                            poll_secs=args.repository_poll_secs,
@@ -85,9 +102,16 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    manager.strict_readiness = args.strict_readiness
+    manager.load_thread_count = args.model_load_thread_count
     servers = []
     try:
         await manager.start()
+        failed = manager.failed_models()
+        if failed and args.exit_on_error:
+            log.error("failed to load all models (%s); exiting (--exit-on-error=false "
+                      "serves the others)", ", ".join(failed))
+            return 1
         if args.allow_http:
             servers.append(await start_http_server(manager, args.http_address, args.http_port))
             log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)

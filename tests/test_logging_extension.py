@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from pbserve.testing import running_server
 
-REPO = Path(__file__).parent / "models_ext"
+MODEL = Path(__file__).parent / "models_ext" / "log_probe"
 DEFAULTS = {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
             "log_verbose_level": 0, "log_format": "default"}
 
@@ -49,8 +50,16 @@ def log_file(tmp_path: Path) -> Path:
     return tmp_path / "server.log"
 
 
-def test_http_settings_follow_into_parent_and_stubs(log_file: Path) -> None:
-    with running_server(REPO, args=["--log-file", str(log_file)]) as server:
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository holding log_probe alone."""
+    repo = tmp_path / "repo"
+    shutil.copytree(MODEL, repo / "log_probe")
+    return repo
+
+
+def test_http_settings_follow_into_parent_and_stubs(log_file: Path, repo: Path) -> None:
+    with running_server(repo, args=["--log-file", str(log_file)]) as server:
         client = server.http_client()
         assert "logging" in client.get_server_metadata()["extensions"]
         assert client.get_log_settings() == {**DEFAULTS, "log_file": str(log_file)}
@@ -83,8 +92,8 @@ def test_http_settings_follow_into_parent_and_stubs(log_file: Path) -> None:
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ E \d+ ", line), line
 
 
-def test_http_errors_are_tritons(log_file: Path) -> None:
-    with running_server(REPO, args=["--log-file", str(log_file)]) as server:
+def test_http_errors_are_tritons(log_file: Path, repo: Path) -> None:
+    with running_server(repo, args=["--log-file", str(log_file)]) as server:
         client = server.http_client()
         cases = [
             ({"log_file": "/tmp/elsewhere.log"}, 501,
@@ -110,8 +119,8 @@ def test_http_errors_are_tritons(log_file: Path) -> None:
         assert _post(server, b"[1]")[0] == 400
 
 
-def test_grpc_log_settings(log_file: Path) -> None:
-    with running_server(REPO, args=["--log-file", str(log_file)]) as server:
+def test_grpc_log_settings(log_file: Path, repo: Path) -> None:
+    with running_server(repo, args=["--log-file", str(log_file)]) as server:
         client = server.grpc_client()
         got = client.get_log_settings(as_json=True)["settings"]
         assert got["log_info"] == {"bool_param": True}
@@ -142,9 +151,9 @@ def test_grpc_log_settings(log_file: Path) -> None:
             assert err.value.message() == message, settings
 
 
-def test_stub_started_later_gets_current_settings(log_file: Path) -> None:
+def test_stub_started_later_gets_current_settings(log_file: Path, repo: Path) -> None:
     args = ["--log-file", str(log_file), "--model-control-mode", "explicit"]
-    with running_server(REPO, args=args) as server:
+    with running_server(repo, args=args) as server:
         client = server.http_client()
         client.update_log_settings({"log_verbose_level": 1})
         client.load_model("log_probe")
@@ -153,12 +162,12 @@ def test_stub_started_later_gets_current_settings(log_file: Path) -> None:
         assert _lines_with("verbose later", log_file)
 
 
-def test_log_flags(tmp_path: Path) -> None:
+def test_log_flags(tmp_path: Path, repo: Path) -> None:
     log_file = tmp_path / "flags.log"
     console = tmp_path / "console.log"
     args = ["--log-file", str(log_file), "--log-format", "ISO8601", "--log-info", "false",
             "--log-verbose", "1"]
-    with running_server(REPO, args=args, log_path=console) as server:
+    with running_server(repo, args=args, log_path=console) as server:
         client = server.http_client()
         assert client.get_log_settings() == {
             **DEFAULTS, "log_file": str(log_file), "log_info": False,
@@ -172,9 +181,9 @@ def test_log_flags(tmp_path: Path) -> None:
     assert not _lines_with("warning f1", console)  # the log went to the file only
 
 
-def test_default_format_is_glog(tmp_path: Path) -> None:
+def test_default_format_is_glog(tmp_path: Path, repo: Path) -> None:
     log_file = tmp_path / "glog.log"
-    with running_server(REPO, args=["--log-file", str(log_file)]) as server:
+    with running_server(repo, args=["--log-file", str(log_file)]) as server:
         _infer(server.http_client(), "d1")
     [line] = _lines_with("warning d1", log_file)
     assert re.match(r"W\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ", line), line

@@ -66,6 +66,11 @@ class ModelEntry:
 
 
 class ModelManager:
+    # tritonserver's --strict-readiness (false: ready whenever live) and
+    # --model-load-thread-count (start-up loads at once); set before start()
+    strict_readiness = True
+    load_thread_count = 4
+
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
                  config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
@@ -103,7 +108,12 @@ class ModelManager:
         self._live = True
         names = self._startup_names()
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
-        await asyncio.gather(*(self._load(n) for n in names), return_exceptions=True)
+        slots = asyncio.Semaphore(max(1, self.load_thread_count))
+
+        async def load(name: str) -> None:
+            async with slots:
+                await self._load(name)
+        await asyncio.gather(*(load(n) for n in names), return_exceptions=True)
         if self._poller is not None:
             self._poller.start()
 
@@ -134,7 +144,13 @@ class ModelManager:
         return self._live
 
     def is_ready(self) -> bool:
+        if not self.strict_readiness:
+            return self._live
         return self._live and not any(e.failed for e in self._entries.values())
+
+    def failed_models(self) -> list[str]:
+        """The models whose last load failed (and that serve no version)."""
+        return sorted(name for name, e in self._entries.items() if e.failed)
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "triton", "version": __version__, "extensions": EXTENSIONS}
