@@ -12,7 +12,9 @@ from pathlib import Path
 from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.manager import ModelManager
+from pbserve.backend.tracing import TRACER
 from pbserve.ignored_flags import add_ignored_flags, warn_ignored
+from pbserve.trace_flags import add_trace_flags, configure_tracing
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.server.http import start_http_server, start_metrics_server
 
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit when a model fails to load at start-up (tritonserver's default)")
     add("--model-load-thread-count", type=int, default=4,
         help="models loaded at once at start-up")
+    add_trace_flags(parser)
     add_ignored_flags(parser)
     return parser
 
@@ -133,6 +136,7 @@ async def serve(args: argparse.Namespace) -> int:
             await asyncio.wait_for(manager.stop(), args.exit_timeout_secs)
         except asyncio.TimeoutError:
             log.error("models did not finish unloading within %d s", args.exit_timeout_secs)
+        TRACER.close()
     return 0
 
 
@@ -142,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(args)
     except OSError as exc:
         print(f"error: cannot open log file '{args.log_file}': {exc}", file=sys.stderr)
+        return 1
+    try:
+        configure_tracing(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
         import uvloop

@@ -22,11 +22,10 @@ IGNORED = (
     "allow-cpu-metrics", "metrics-interval-ms", "cache-directory", "rate-limit",
     "pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "cuda-virtual-address-size",
     "buffer-manager-thread-count", "repoagent-directory", "response-cache-byte-size",
-    "backend-directory", "trace-file", "trace-level", "trace-rate", "trace-count",
-    "trace-log-frequency",
+    "backend-directory",
 )
 IGNORED_REPEATABLE = ("metrics-config", "cache-config", "rate-limit-resource", "host-policy",
-                      "model-load-gpu-limit", "trace-config")
+                      "model-load-gpu-limit")
 # The one --backend-config setting pbserve reads (config_sources.py)
 USED_BACKEND_CONFIG = {("python", "default-max-batch-size")}
 

@@ -38,11 +38,11 @@ from shm.pool import Pool, RegionMap
 log = logging.getLogger("pbserve.backend")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-# Only what pbserve implements (Triton also lists classification, CUDA shared memory,
-# trace, which pbserve refuses with a message saying so).
+# Only what pbserve implements (Triton also lists classification and CUDA shared memory,
+# which pbserve refuses with a message saying so).
 EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
               "system_shared_memory", "statistics", "binary_tensor_data", "parameters",
-              "generate", "logging"]
+              "generate", "logging", "trace"]
 
 
 @dataclass

@@ -21,6 +21,7 @@ from pbserve.backend.scheduler import Scheduler
 from pbserve.backend.sequence_batcher import SequenceBatcher
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.backend.tracing import TRACER
 from pbserve.backend.validation import RequestValidator
 from pbserve.backend.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
@@ -179,6 +180,7 @@ class Model:
                 f"[request id: {request.id or '<id_unknown>'}] model '{self.name}' is using "
                 f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
                 f"HTTP generate_stream) to receive its responses"))
+        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
         pending = self._submit(request, streaming=False, descs=descs)
         assert pending.future is not None
         try:
@@ -186,11 +188,14 @@ class Model:
         except asyncio.CancelledError:
             self.cancel(pending)
             raise
+        if trace is not None:
+            trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
         self._count(pending, response)
         return response
 
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None
                            ) -> AsyncIterator[InferResponse]:
+        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
         pending = self._submit(request, streaming=True, descs=descs)
         assert pending.stream is not None
         failed = False
@@ -199,6 +204,9 @@ class Model:
                 response = await pending.stream.get()
                 failed = failed or response.error is not None
                 if response.final:
+                    if trace is not None:
+                        trace.finish(pending.arrival_ns, pending.exec_start_ns,
+                                     time.monotonic_ns())
                     self._count(pending, response if not failed else _failed(response))
                     yield response
                     return

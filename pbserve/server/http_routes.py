@@ -13,6 +13,7 @@ accepted shapes are those of Triton's own patterns:
     /v2/repository[/R]/models/M/(load|unload) POST (a repository name R: 501, as Triton)
     /v2/(system|cuda)sharedmemory[/region/R]/(status|register|unregister)  (http_shm)
     /v2/logging                               GET, POST  (http_logging)
+    /v2[/models/M]/trace/setting              GET, POST  (http_trace)
 
 Anything else is 404 `{"error": "Not Found"}`; a known path with the wrong method is
 405 `{"error": "Method Not Allowed"}`.
@@ -26,7 +27,8 @@ from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
 from pbserve.errors import ServerError
-from pbserve.server import http_logging, http_repository, http_shm, http_stats
+from pbserve.server import (
+    http_logging, http_repository, http_shm, http_stats, http_trace)
 from pbserve.server.http_codec import error_of
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
@@ -71,6 +73,10 @@ class Routes:
         parts = request.path.split("/")
         if len(parts) < 2 or parts[0] or parts[1] != "v2":
             return not_found()
+        if parts[-2:] == ["trace", "setting"] and (
+                len(parts) == 4 or (len(parts) == 6 and parts[2] == "models")):
+            return await http_trace.handle(self._core, request,
+                                           unquote(parts[3]) if len(parts) == 6 else "")
         if len(parts) >= 4 and parts[2] == "models":
             return await self._model(request, parts)
         if len(parts) == 2:
