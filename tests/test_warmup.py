@@ -134,3 +134,23 @@ def _config_of(client, name: str) -> dict:
     config = client.get_model_config(name)
     client.unload_model(name)
     return config
+
+
+def test_a_decoupled_model_warms_up_through_its_stream(tmp_path):
+    """repeat answers a warmup request with one response per element, then the final
+    flag: the warmup reads them all, and the model then serves."""
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "models" / "examples" / "repeat",
+                    repo / "repeat")
+    config = (repo / "repeat" / "config.pbtxt")
+    config.write_text(config.read_text() + '''
+model_warmup [ {
+  name: "three" batch_size: 1 count: 2
+  inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 3 ] zero_data: true } }
+} ]
+''')
+    with running_server(repo) as server:
+        client = server.grpc_client()
+        assert client.is_model_ready("repeat")
+        assert client.get_model_config("repeat", as_json=True)["config"][
+            "model_warmup"][0]["name"] == "three"
