@@ -71,9 +71,16 @@ def test_sampled_requests_are_written_with_tritons_timestamps(repo, tmp_path):
         for i in range(3):
             _infer(client, f"r{i}")
         _infer(server.grpc_client(), "g0")
+        bad = httpclient.InferInput("MARK", [2], "BYTES")  # the wrong shape: refused
+        bad.set_data_from_numpy(np.array([b"a", b"b"], dtype=object))
+        with pytest.raises(InferenceServerException):
+            client.infer("log_probe", [bad], request_id="bad")
         assert not trace_file.exists()  # log_frequency 0: written at shutdown
     traces = _traces(trace_file)
-    assert len(traces) == 4
+    assert len(traces) == 5
+    [refused] = [t for t in traces.values() if t["model"]["request_id"] == "bad"]
+    assert [name for name, _ in refused["stamps"]] == ["REQUEST_START", "REQUEST_END"]
+    del traces[refused["model"]["id"]]
     for trace in traces.values():
         assert [name for name, _ in trace["stamps"]] == STAMPS
         times = [ns for _, ns in trace["stamps"]]

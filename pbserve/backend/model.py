@@ -21,7 +21,7 @@ from pbserve.backend.scheduler import Scheduler
 from pbserve.backend.sequence_batcher import SequenceBatcher
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
-from pbserve.backend.tracing import TRACER
+from pbserve.backend.tracing import TRACER, Trace
 from pbserve.backend.validation import RequestValidator
 from pbserve.backend.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
@@ -181,7 +181,8 @@ class Model:
                 f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
                 f"HTTP generate_stream) to receive its responses"))
         trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
-        pending = self._submit(request, streaming=False, descs=descs)
+        pending = self._submit(request, streaming=False, descs=descs) if trace is None \
+            else self._traced_submit(trace, request, False, descs)
         assert pending.future is not None
         try:
             response = await pending.future
@@ -196,7 +197,8 @@ class Model:
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None
                            ) -> AsyncIterator[InferResponse]:
         trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
-        pending = self._submit(request, streaming=True, descs=descs)
+        pending = self._submit(request, streaming=True, descs=descs) if trace is None \
+            else self._traced_submit(trace, request, True, descs)
         assert pending.stream is not None
         failed = False
         try:
@@ -214,6 +216,15 @@ class Model:
         finally:
             if not pending.done:
                 self.cancel(pending)
+
+    def _traced_submit(self, trace: Trace, request: InferRequest, streaming: bool,
+                       descs: tuple | None) -> PendingRequest:
+        """`_submit`; a request refused on the way (validation) still ends its trace."""
+        try:
+            return self._submit(request, streaming=streaming, descs=descs)
+        except BaseException:
+            trace.finish(0, 0, 0)
+            raise
 
     def cancel(self, pending: PendingRequest) -> None:
         """The client went away: a queued request is dropped before `execute`, a running

@@ -61,12 +61,11 @@ class Trace:
         self.stamps: list[tuple[str, int]] = [("REQUEST_START", time.monotonic_ns())]
 
     def finish(self, queue_start_ns: int, compute_start_ns: int, compute_end_ns: int) -> None:
-        if compute_start_ns:
-            self.stamps += [("QUEUE_START", queue_start_ns),
-                            ("COMPUTE_START", compute_start_ns),
-                            ("COMPUTE_END", compute_end_ns)]
-        else:  # never executed (cancelled or refused in the queue)
+        if queue_start_ns:  # 0: refused before it was queued
             self.stamps.append(("QUEUE_START", queue_start_ns))
+        if compute_start_ns:  # 0: never executed (cancelled or refused in the queue)
+            self.stamps += [("COMPUTE_START", compute_start_ns),
+                            ("COMPUTE_END", compute_end_ns)]
         self.stamps.append(("REQUEST_END", time.monotonic_ns()))
         self._tracer._collect(self._owner, self._records())
 

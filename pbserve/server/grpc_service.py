@@ -48,10 +48,6 @@ async def abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> 
     await context.abort(status_code(error), error.message)
 
 
-def _unsupported(what: str) -> ServerError:
-    return ServerError(ErrorCode.UNSUPPORTED, f"{what} is not supported by pbserve")
-
-
 def _refuse_repository_name(name: str) -> None:
     if name:
         raise ServerError(ErrorCode.UNSUPPORTED,
