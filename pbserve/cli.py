@@ -11,8 +11,12 @@ from pathlib import Path
 
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.config_sources import ConfigSources
+from pbserve.backend.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.outage import RESTART_WAIT_S
+from pbserve.backend.tracing import TRACER
+from pbserve.ignored_flags import add_ignored_flags, warn_ignored
+from pbserve.trace_flags import add_trace_flags, configure_tracing
 from pbserve.server.grpc_server import start_grpc_server
 from pbserve.shutdown import shut_down
 from pbserve.server.http import start_http_server, start_metrics_server
@@ -110,21 +114,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="pbserve: how long requests queued for a model whose every instance is down "
              "(its stub died, restarts fail) wait for one to come back before they fail "
              "with UNAVAILABLE; new requests are then refused until one is back")
+    add("--log-format", choices=["default", "ISO8601"], default="default")
+    add("--log-file", default="", help="append the log to this file instead of stderr")
     add("--strict-readiness", type=_bool, default=True)
     add("--backend-config", action="append", default=[],
         help="<backend>,<setting>=<value>: python,default-max-batch-size=N is used; "
              "other settings are accepted and ignored")
-    add("--backend-directory", default=None, help="accepted for compatibility; unused")
     add("--disable-auto-complete-config", action="store_true")
+    add("--strict-model-config", type=_bool, default=None,
+        help="true: as --disable-auto-complete-config; false: auto-complete (tritonserver's "
+             "older flag)")
+    add("--exit-on-error", type=_bool, default=True,
+        help="exit when a model fails to load at start-up (tritonserver's default)")
+    add("--model-load-thread-count", type=int, default=4,
+        help="models loaded at once at start-up")
+    add_trace_flags(parser)
+    add_ignored_flags(parser)
     return parser
 
 
 def configure_logging(args: argparse.Namespace) -> None:
-    level = logging.DEBUG if args.log_verbose > 0 else (
-        logging.INFO if args.log_info else logging.WARNING if args.log_warning else logging.ERROR)
-    logging.basicConfig(stream=sys.stderr, level=level,
-                        format="%(levelname).1s%(asctime)s %(process)d %(name)s %(message)s",
-                        datefmt="%m%d %H:%M:%S")
+    """The log settings of the flags; `/v2/logging` changes them later (log_settings.py)."""
+    SERVER_LOG.install(LogSettings(
+        log_file=args.log_file, log_info=args.log_info, log_warning=args.log_warning,
+        log_error=args.log_error, log_verbose_level=max(args.log_verbose, 0),
+        log_format=args.log_format))
+
+
+def auto_complete(args: argparse.Namespace) -> bool:
+    """Whether models' `auto_complete_config` runs (--disable-auto-complete-config, or
+    the older --strict-model-config=true, turns it off)."""
+    if args.strict_model_config is not None:
+        return not args.strict_model_config
+    return not args.disable_auto_complete_config
 
 
 def http_limits(args: argparse.Namespace) -> HttpLimits:
@@ -164,10 +186,11 @@ async def serve(args: argparse.Namespace) -> int:
     limits = http_limits(args)
     http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
     http_restricted, grpc_restricted = restricted(args)
+    warn_ignored(args)
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
-                           auto_complete=not args.disable_auto_complete_config,
+                           auto_complete=auto_complete(args),
                            config_sources=ConfigSources.from_files(
                                args.model_config_defaults, args.backend_config),
                            poll_secs=args.repository_poll_secs,
@@ -180,10 +203,18 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if manager is not None:
+        manager.strict_readiness = args.strict_readiness
+        manager.load_thread_count = args.model_load_thread_count
     servers = []
     try:
         if manager is not None:
             await manager.start()
+            failed = manager.failed_models()
+            if failed and args.exit_on_error:
+                log.error("failed to load all models (%s); exiting (--exit-on-error=false "
+                          "serves the others)", ", ".join(failed))
+                return 1
         if args.request_plane:
             from pbserve.distributed.node import Node  # only with a plane: imports nats
 
@@ -214,6 +245,7 @@ async def serve(args: argparse.Namespace) -> int:
         await shut_down(servers, manager, args.exit_timeout_secs)
         if node is not None:
             await node.close()
+        TRACER.close()
     return 0
 
 
@@ -222,7 +254,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
-    configure_logging(args)
+    try:
+        configure_logging(args)
+    except OSError as exc:
+        print(f"error: cannot open log file '{args.log_file}': {exc}", file=sys.stderr)
+        return 1
+    try:
+        configure_tracing(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works

@@ -50,6 +50,8 @@ class RunningServer:
             command += ["--model-repository", str(repo)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
                     "--metrics-port", str(self.metrics_port), *args]
+        if "--exit-on-error" not in args:  # a test may want to look at a failed model
+            command += ["--exit-on-error", "false"]
         self.log_path = Path(log_path) if log_path else None
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
@@ -132,6 +134,8 @@ def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
 
     With a model that fails to load the server is live but never ready (Triton's strict
     readiness): pass `ready_path="/v2/health/live"` then; models load before it is live.
+    Unlike `pbserve` itself, such a server does not exit (`--exit-on-error false`, unless
+    `args` set `--exit-on-error`).
     """
     server = RunningServer(repositories, args, log_path, launcher)
     try:

@@ -42,6 +42,8 @@ SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reas
 FORGET_REGION = 10  # control queue: (FORGET_REGION, token): a client region was
 #   unregistered; unmap the window of that token (shm/client_region.py) if mapped
 IS_READY = 11     # control queue: (IS_READY,): run the model's `is_ready()`, answer READINESS
+LOG_SETTINGS = 20  # (LOG_SETTINGS, verbose_level, info, warning, error): main queue at
+#   start, control queue on a change (stub/log_levels.py)
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)

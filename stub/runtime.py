@@ -30,6 +30,8 @@ class StubRuntime:
 
     # -- logging ----------------------------------------------------------------------
     def log(self, level: int, message: str, filename: str, line: int) -> None:
+        if not self._stub.log_levels.enabled(level):
+            return
         self._stub.send((p.LOG, int(level), message, filename, line))
 
     # -- responses --------------------------------------------------------------------

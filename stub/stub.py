@@ -35,6 +35,7 @@ from stub.calls import Calls
 from stub.context import CURRENT_KEYS
 from stub.errors import StubError
 from stub.errors import describe as _describe
+from stub.log_levels import LogLevels
 from stub.model_loader import import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
@@ -69,6 +70,7 @@ class Stub:
         self.decoupled = False
         self.model_name = ""
         self.cancel_coroutines = False
+        self.log_levels = LogLevels()
         self.async_loop = AsyncLoopThread(self.log_error)
         self.calls = Calls(self.send)
         self.borrowed = BorrowedBlocks()
@@ -124,6 +126,8 @@ class Stub:
                     self.on_finalize()
                 elif kind == p.SEQUENCE_TERMINATED:
                     self.on_sequence_terminated(message[1], message[2])
+                elif kind == p.LOG_SETTINGS:
+                    self.log_levels.update(*message[1:])
         finally:
             self.close()
 
@@ -147,6 +151,8 @@ class Stub:
             elif kind == p.IS_READY:
                 threading.Thread(target=self._is_ready, name="pbserve-stub-is-ready",
                                  daemon=True).start()
+            elif kind == p.LOG_SETTINGS:
+                self.log_levels.update(*message[1:])
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:

@@ -12,6 +12,7 @@ from typing import Callable
 
 from pbserve.backend.block_refs import BlockRefs
 from pbserve.backend.log_escape import escaped
+from pbserve.backend.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.stub_process import StubProcess
@@ -182,6 +183,14 @@ class ModelInstance:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
             raise
+        # before anything imports model.py; later changes come on the control queue
+        self._stub.send((p.LOG_SETTINGS, *SERVER_LOG.settings.stub_message_fields()))
+        SERVER_LOG.attach(self)
+
+    def apply_log_settings(self, settings: LogSettings) -> None:
+        """The server's log settings changed: the stub filters its Logger lines anew."""
+        if self._stub is not None and self._stub.alive():
+            self._stub.send_control((p.LOG_SETTINGS, *settings.stub_message_fields()))
 
     async def auto_complete(self, config_json: str) -> str | None:
         """Run the model's `auto_complete_config` in this (launched) stub; the completed

@@ -39,11 +39,11 @@ from shm.pool import Pool, RegionMap
 log = logging.getLogger("pbserve.backend")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-# Only what pbserve implements (Triton also lists classification, CUDA shared memory,
-# trace, logging, which pbserve refuses with a message saying so).
+# Only what pbserve implements (Triton also lists classification and CUDA shared memory,
+# which pbserve refuses with a message saying so).
 EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
               "system_shared_memory", "statistics", "binary_tensor_data", "parameters",
-              "generate"]
+              "generate", "logging", "trace"]
 
 
 @dataclass
@@ -67,6 +67,11 @@ class ModelEntry:
 
 
 class ModelManager:
+    # tritonserver's --strict-readiness (false: ready whenever live) and
+    # --model-load-thread-count (start-up loads at once); set before start()
+    strict_readiness = True
+    load_thread_count = 4
+
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
                  config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
@@ -108,7 +113,12 @@ class ModelManager:
         self._live = True
         names = self._startup_names()
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
-        await asyncio.gather(*(self._load(n) for n in names), return_exceptions=True)
+        slots = asyncio.Semaphore(max(1, self.load_thread_count))
+
+        async def load(name: str) -> None:
+            async with slots:
+                await self._load(name)
+        await asyncio.gather(*(load(n) for n in names), return_exceptions=True)
         if self._poller is not None:
             self._poller.start()
 
@@ -154,11 +164,17 @@ class ModelManager:
 
     async def is_ready(self) -> bool:
         """Strict readiness, as Triton's: every model loaded, and each one ready."""
+        if not self.strict_readiness:  # --strict-readiness false: ready when live
+            return self._live
         if not self._live or any(e.failed for e in self._entries.values()):
             return False
         models = [(e.name, m) for e in self._entries.values() if e.state == READY
                   for m in e.versions.values()]
         return all(await asyncio.gather(*(self._ready(name, m) for name, m in models)))
+
+    def failed_models(self) -> list[str]:
+        """The models whose last load failed (and that serve no version)."""
+        return sorted(name for name, e in self._entries.items() if e.failed)
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "triton", "version": __version__, "extensions": EXTENSIONS}

@@ -22,7 +22,9 @@ from pbserve.backend.scheduler import Scheduler
 from pbserve.backend.sequence_batcher import SequenceBatcher
 from pbserve.backend.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.backend.tracing import TRACER, Trace
 from pbserve.backend.validation import RequestValidator
+from pbserve.backend.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.block_refs import BlockRefs
 from shm.pool import Block, RegionMap
@@ -88,15 +90,33 @@ class Model:
                 if auto_complete else None
             self._set_config(apply_auto_complete(
                 self.cfg, config_from_json(completed) if completed else self.cfg))
+            samples = warmup_samples(self.cfg, self.model_dir)
         except BaseException:
             await self.unload()
             raise
         results = await asyncio.gather(*(i.start() for i in self.instances),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
+        if not errors and samples:
+            results = await asyncio.gather(
+                *(warm_up(i, samples, self._warmup_request) for i in self.instances),
+                return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            self.stats = ModelStats(self.name, self.version)  # warmup is not counted
         if errors:
             await self.unload()
             raise errors[0]
+
+    def _warmup_request(self, request: InferRequest) -> PendingRequest:
+        """A warmup request (warmup.py), validated and in shared memory, for an
+        instance to run directly (no scheduler, no statistics)."""
+        batch_size = self._validator.validate(request)
+        descs, blocks = self._copy_inputs(request, batch_size)
+        key = next(_keys)
+        msg = (key, request.id, request.correlation_id, request.flags, "{}", 0,
+               self._output_names, descs, False, None)
+        return PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
+                              streaming=self.decoupled)
 
     def _create_instances(self) -> None:
         self.scheduler = self._new_scheduler(self.cfg)
@@ -209,13 +229,17 @@ class Model:
                 f"[request id: {request.id or '<id_unknown>'}] model '{self.name}' is using "
                 f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
                 f"HTTP generate_stream) to receive its responses"))
-        pending = self._submit(request, streaming=False, descs=descs)
+        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
+        pending = self._submit(request, streaming=False, descs=descs) if trace is None \
+            else self._traced_submit(trace, request, False, descs)
         assert pending.future is not None
         try:
             response = await pending.future
         except asyncio.CancelledError:
             self.cancel(pending)
             raise
+        if trace is not None:
+            trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
         self._count(pending, response)
         return response
 
@@ -224,7 +248,9 @@ class Model:
                            ) -> AsyncIterator[InferResponse]:
         """The request's responses, the final one last. `on_submit` gets the queued
         request (for `ask_to_cancel`)."""
-        pending = self._submit(request, streaming=True, descs=descs)
+        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
+        pending = self._submit(request, streaming=True, descs=descs) if trace is None \
+            else self._traced_submit(trace, request, True, descs)
         if on_submit is not None:
             on_submit(pending)
         assert pending.stream is not None
@@ -234,6 +260,9 @@ class Model:
                 response = await pending.stream.get()
                 failed = failed or response.error is not None
                 if response.final:
+                    if trace is not None:
+                        trace.finish(pending.arrival_ns, pending.exec_start_ns,
+                                     time.monotonic_ns())
                     self._count(pending, response if not failed else _failed(response))
                     yield response
                     return
@@ -241,6 +270,15 @@ class Model:
         finally:
             if not pending.done:
                 self.cancel(pending)
+
+    def _traced_submit(self, trace: Trace, request: InferRequest, streaming: bool,
+                       descs: tuple | None) -> PendingRequest:
+        """`_submit`; a request refused on the way (validation) still ends its trace."""
+        try:
+            return self._submit(request, streaming=streaming, descs=descs)
+        except BaseException:
+            trace.finish(0, 0, 0)
+            raise
 
     def cancel(self, pending: PendingRequest) -> None:
         """The client went away: a queued request is dropped before `execute`, a running

@@ -7,7 +7,7 @@ RPCs and the repository extension:
   `http_stats`), as perf_analyzer asks for it;
 * system shared memory (grpc_shm.py); CUDA shared memory lists no regions and
   registering one is refused;
-* TraceSetting and LogSettings are UNIMPLEMENTED.
+* LogSettings (grpc_logging.py), TraceSetting (grpc_trace.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.model_config import config_from_dict
 from pbserve.errors import ErrorCode, ServerError
-from pbserve.server import grpc_shm, http_stats
+from pbserve.server import grpc_logging, grpc_shm, grpc_trace, http_stats
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc_codec import (
     decode_infer_request,
@@ -226,12 +226,16 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         return await self._answer(context, "CudaSharedMemoryUnregister",
                                   lambda: grpc_shm.cuda_unregister(self._core, request))
 
-    # -- trace, logging: not supported ---------------------------------------------------
+    # -- trace (grpc_trace.py), logging (grpc_logging.py) ------------------------------
     async def TraceSetting(self, request: Any, context: Any) -> Any:
-        await abort(context, _unsupported("the trace extension"))
+        try:
+            return await grpc_trace.trace_setting(self._core, request)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await self._fail(context, "TraceSetting", exc)
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
-        await abort(context, _unsupported("the logging extension over gRPC"))
+        return await self._answer(context, "LogSettings",
+                                  lambda: grpc_logging.log_settings(request))
 
 
 def _load_parameters(request: pb.RepositoryModelLoadRequest

@@ -12,6 +12,8 @@ accepted shapes are those of Triton's own patterns:
     /v2/repository[/R]/index                  POST
     /v2/repository[/R]/models/M/(load|unload) POST (a repository name R: 501, as Triton)
     /v2/(system|cuda)sharedmemory[/region/R]/(status|register|unregister)  (http_shm)
+    /v2/logging                               GET, POST  (http_logging)
+    /v2[/models/M]/trace/setting              GET, POST  (http_trace)
 
 Anything else is 404 `{"error": "Not Found"}`; a known path with the wrong method is
 405 `{"error": "Method Not Allowed"}`.
@@ -24,7 +26,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
-from pbserve.server import http_repository, http_shm, http_stats
+from pbserve.server import (
+    http_logging, http_repository, http_shm, http_stats, http_trace)
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.http_generate import handle_generate
 from pbserve.server.http_infer import handle_infer
@@ -77,6 +80,10 @@ class Routes:
             refused = self._refusal(request, parts)
             if refused is not None:
                 return refused
+        if parts[-2:] == ["trace", "setting"] and (
+                len(parts) == 4 or (len(parts) == 6 and parts[2] == "models")):
+            return await http_trace.handle(self._core, request,
+                                           unquote(parts[3]) if len(parts) == 6 else "")
         if len(parts) >= 4 and parts[2] == "models":
             return await self._model(request, parts)
         if len(parts) == 2:
@@ -87,6 +94,8 @@ class Routes:
             return await http_repository.handle(self._core, request, parts[3:])
         if parts[2] == http_shm.SYSTEM or parts[2] == http_shm.CUDA:
             return http_shm.handle(self._core, request, parts[2], parts[3:])
+        if parts[2] == "logging" and len(parts) == 3:
+            return http_logging.handle(request)
         return not_found()
 
     async def _model(self, request: HttpRequest, parts: list[str]) -> Reply:
