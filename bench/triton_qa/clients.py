@@ -16,7 +16,7 @@ TIMEOUT_S = 180
 
 def run(client: Client, case: str, cwd: Path, env: dict[str, str], log: Path) -> list[Result]:
     """Run `client` in `cwd`; its output goes to `log`; one row per test (or per script)."""
-    label = f"{case}:{client.label or Path(client.argv[0]).name}"
+    label = f"{case}:{client.label or Path(client.argv[0].split('::')[0]).name}"
     full_env = {**os.environ, **env, **client.env}
     if client.pytest:
         return _run_pytest(client, label, cwd, full_env, log)
@@ -68,7 +68,7 @@ def _junit(path: Path, label: str) -> list[Result]:
             problem = case.find("error")
         skipped = case.find("skipped")
         if problem is not None:
-            text = f"{problem.get('message', '')}\n{problem.text or ''}"
+            text = problem.text or problem.get("message", "")
             rows.append(Result(name, FAIL, first_error(text)))
         elif skipped is not None:
             rows.append(Result(name, SKIP, "skipped by the test: " + skipped.get("message", "")))
@@ -77,16 +77,21 @@ def _junit(path: Path, label: str) -> list[Result]:
     return rows
 
 
+MARKERS = ("Error", "Exception", "assert", "timed out")
+
+
 def first_error(text: str) -> str:
-    """The most telling line of a failure's output: the last `...Error:`/`assert` line,
-    else the last non-empty line."""
+    """The most telling line of a failure's output: pytest's first `E ` line naming an
+    error, else the last line naming one, else the last non-empty line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    markers = ("Error", "Exception", "assert", "FAILED", "Traceback", "timed out")
+    for line in lines:
+        if line.startswith("E ") and any(m in line for m in MARKERS):
+            return short(line[1:].strip())
     for line in reversed(lines):
-        if line.startswith("E ") or any(m in line for m in markers[:3]):
-            return _short(line.removeprefix("E").strip())
-    return _short(lines[-1]) if lines else ""
+        if any(m in line for m in MARKERS) and not line.startswith("File "):
+            return short(line)
+    return short(lines[-1]) if lines else ""
 
 
-def _short(line: str, width: int = 160) -> str:
+def short(line: str, width: int = 160) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."

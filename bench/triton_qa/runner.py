@@ -30,12 +30,13 @@ def run_case(case: Case, roots: dict[str, Path], work: Path) -> list[Result]:
         return [Result(case.name, SKIP, "ports 8000-8002 busy on every loopback address")]
     folder = work / case.name
     folder.mkdir(parents=True, exist_ok=True)
-    repository.build(case.models, roots, case.checkout, folder / "models")
-    log = folder / "server.log"
+    repo = folder / case.repo_path
+    repository.build(case.models, roots, case.checkout, repo)
+    log = roots[case.checkout] / case.log_name if case.log_name else folder / "server.log"
     saved = {k: os.environ.get(k) for k in case.server_env}
-    os.environ.update(case.server_env)
+    os.environ.update({k: v.format(case_dir=folder) for k, v in case.server_env.items()})
     try:
-        server = Server(folder / "models", host, log, case.server_args)
+        server = Server(repo, host, log, case.server_args)
     finally:
         _restore(saved)
     try:
@@ -91,6 +92,10 @@ def _check_log_after(case: Case, server: Server) -> list[Result]:
 
 
 def _log_error(text: str) -> str:
+    """The server log's first error line (`E<date> ...`), else its last line."""
+    for line in text.splitlines():
+        if line[:1] == "E" and line[1:5].isdigit():
+            return clients.short(line.split(" ", 3)[-1])
     return clients.first_error(text) or "(empty log)"
 
 

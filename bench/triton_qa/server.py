@@ -98,5 +98,6 @@ class Server:
         self._log.close()
 
     def log_text(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")

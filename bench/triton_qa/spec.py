@@ -67,4 +67,6 @@ class Case:
     log_after: tuple[str, ...] = ()
     skip: str = ""
     server_env: dict[str, str] = field(default_factory=dict)
+    repo_path: str = "models"
+    log_name: str = ""
     http_posts: tuple[tuple[str, str], ...] = ()
