@@ -16,10 +16,11 @@ TIMEOUT_S = 180
 
 def run(client: Client, case: str, cwd: Path, env: dict[str, str], log: Path) -> list[Result]:
     """Run `client` in `cwd`; its output goes to `log`; one row per test (or per script)."""
-    label = f"{case}:{client.label or Path(client.argv[0].split('::')[0]).name}"
     full_env = {**os.environ, **env, **client.env}
-    if client.pytest:
+    if client.pytest:  # rows are named case[:label]::Class::test
+        label = f"{case}:{client.label}" if client.label else case
         return _run_pytest(client, label, cwd, full_env, log)
+    label = f"{case}:{client.label or Path(client.argv[0]).name}"
     status, text = _call([sys.executable, *client.argv], cwd, full_env, log)
     if status == 0:
         return [Result(label, PASS)]
