@@ -1,0 +1,229 @@
+"""Cases of Triton's qa/L0_backend_python (server repository), as its test.sh scripts run them.
+
+Each case copies the same `qa/python_models` (or the subtest's own `models/`) with the same
+config edits, and runs the same client. Parts that need torch, a GPU, ONNX/libtorch models
+from Triton's data sets, conda environments or a tritonserver build are skipped with why.
+"""
+
+from __future__ import annotations
+
+from repository import renamed
+from spec import Case, Client, Model
+
+L0 = "qa/L0_backend_python"
+TORCH = "needs torch (the model imports it)"
+SHM_LEAK = "../test_infer_shm_leak.py"
+
+
+def qa(folder: str, **kw) -> Model:
+    """A model of qa/python_models."""
+    return Model(f"qa/python_models/{folder}", **kw)
+
+
+def local(sub: str, name: str) -> Model:
+    """A model of a subtest's own models/ folder."""
+    return Model(f"{L0}/{sub}/models/{name}", model="1/model.py")
+
+
+def shm_leak(sub: str, model: str, **env: str) -> Client:
+    """test_infer_shm_leak.py: the model runs its own unittest and answers OUTPUT0 == 1."""
+    return Client((SHM_LEAK,), f"{L0}/{sub}", env={"MODEL_NAME": model, **env}, label=model)
+
+
+def _uint8(name: str, batch: bool) -> Model:
+    subs = [renamed(name), ("TYPE_FP32", "TYPE_UINT8")]
+    subs.append((r"^max_batch_size:.*", "max_batch_size: 8" if batch else ""))
+    append = ("dynamic_batching { preferred_batch_size: [8], "
+              "max_queue_delay_microseconds: 12000000 }",) if batch else ()
+    return qa("identity_fp32", name=name, subs=tuple(subs), append=append)
+
+
+MAIN = Case(
+    "python_test", "server",
+    (
+        qa("identity_fp32"),
+        _uint8("identity_uint8", batch=True),
+        _uint8("identity_uint8_nobatch", batch=False),
+        qa("identity_fp32", name="identity_uint32",
+           subs=(renamed("identity_uint32"), ("TYPE_FP32", "TYPE_UINT32"))),
+        qa("identity_fp32", name="identity_bool",
+           subs=(renamed("identity_bool"), ("TYPE_FP32", "TYPE_BOOL"))),
+        qa("identity_fp32", name="default_model_name", model_file="mymodel.py",
+           subs=(renamed("default_model_name"),),
+           append=('default_model_filename: "mymodel.py"',)),
+        qa("delayed_model"),
+        qa("init_args", subs=(("TRITON_DIR_PATH", "/opt/tritonserver"),)),
+        qa("optional"),
+        qa("non_contiguous"),
+        qa("string"),
+        qa("string_fixed"),
+    ),
+    clients=(Client(("python_test.py",), L0, deselect={
+        "PythonTest::test_bf16": TORCH + " (identity_bf16)",
+        "PythonTest::test_infer_pytorch": TORCH + " (pytorch_fp32_fp32)",
+    }),),
+    # init_args expects its repository at $TRITON_DIR/qa/L0_backend_python/models.
+    server_env={"TRITON_DIR": "{case_dir}"},
+    repo_path="qa/L0_backend_python/models",
+)
+
+SERVER_STARTS = (
+    Case("multi_file", "server", (
+        qa("multi_file", extra=("file1.py", "file2.py"), config="../identity_fp32/config.pbtxt",
+           subs=(renamed("multi_file"),)),)),
+    Case("model_env", "server", (qa("model_env"),), server_env={"MY_ENV": "MY_ENV"}),
+    Case("init_exit", "server", (qa("init_exit"),),
+         load_error="Stub process 'init_exit_0_0' is not healthy."),
+)
+
+ENSEMBLE = Case(
+    "ensemble", "server",
+    (Model("qa/python_models/ensemble", model=None),
+     qa("add_sub", name="add_sub_1"), qa("add_sub", name="add_sub_2")),
+    clients=(Client(("ensemble_test.py",), f"{L0}/ensemble", deselect={
+        "EnsembleTest::test_ensemble_gpu": "needs a GPU and a libtorch model"}),),
+)
+
+BLS_ERROR = "BLS is only supported during the 'execute' function."
+BLS = (
+    Case("bls", "server", (), skip="bls, bls_async, dlpack_*: " + TORCH
+         + "; libtorch/onnx models from Triton's data sets; CUDA memory pool"),
+    Case("bls_memory", "server",
+         (qa("bls_memory"), qa("bls_memory_async"), qa("add_sub"), qa("identity_fp32")),
+         clients=(shm_leak("bls", "bls_memory"), shm_leak("bls", "bls_memory_async")),
+         server_env={"BLS_KIND": "non_decoupled"}),
+    Case("bls_memory_decoupled", "server",
+         (qa("bls_memory"), qa("bls_memory_async"), qa("add_sub"), qa("identity_fp32")),
+         clients=(shm_leak("bls", "bls_memory"), shm_leak("bls", "bls_memory_async")),
+         server_env={"BLS_KIND": "decoupled"}),
+    Case("bls_init_error", "server", (qa("bls_init_error"),), load_error=BLS_ERROR),
+    Case("bls_finalize_error", "server", (qa("bls_finalize_error"),), log_after=(BLS_ERROR,)),
+    Case("bls_model_loading", "server", (), skip="needs an ONNX model from Triton's data sets"),
+    Case("bls_parameters", "server", (qa("bls_parameters"),), clients=(
+        Client(("bls_parameters_test.py",), f"{L0}/bls", pytest=False),)),
+)
+
+_DECOUPLED_LOCAL = ("decoupled_bls_stream", "decoupled_execute_error",
+                    "decoupled_raise_exception", "decoupled_return_response_error",
+                    "decoupled_send_after_close_error")
+DECOUPLED = Case(
+    "decoupled", "server",
+    (qa("identity_fp32"),
+     qa("execute_cancel", append=("model_transaction_policy { decoupled: True }",)),
+     Model("examples/decoupled", name="square_int32", model="square_model.py",
+           config="square_config.pbtxt", checkout="python_backend"),
+     *(local("decoupled", name) for name in _DECOUPLED_LOCAL)),
+    clients=(Client(("decoupled_test.py",), f"{L0}/decoupled", deselect={
+        "DecoupledTest::test_decoupled_bls": TORCH + " (decoupled_bls, dlpack_add_sub)"}),),
+    # test.sh also counts decoupled_bls's Logger lines ("Specific Msg!", ...): torch.
+    log_after=("Finalize invoked", "Finalize complete..."),
+    log_name=f"{L0}/decoupled/decoupled_server.log",
+)
+
+
+def _sender(name: str, model: str, decoupled: bool, batching: bool) -> Model:
+    append = []
+    if decoupled:
+        append.append("model_transaction_policy { decoupled: True }")
+    if batching:
+        append.append("dynamic_batching { max_queue_delay_microseconds: 500000 }")
+    return qa("response_sender", name=name, model=model, extra=("model_common.py",),
+              append=tuple(append))
+
+
+RESPONSE_SENDER = (
+    Case("response_sender", "server", tuple(
+        _sender("response_sender" + ("_decoupled" if d else "") + ("_async" if a else "")
+                + ("_batching" if b else ""), "model_async.py" if a else "model.py", d, b)
+        for b in (False, True) for d in (False, True) for a in (False, True)),
+        clients=(Client(("response_sender_test.py",), f"{L0}/response_sender"),)),
+    Case("response_sender_complete_final", "server", (qa("response_sender_complete_final"),),
+         clients=(Client(("response_sender_complete_final_test.py",),
+                         f"{L0}/response_sender"),)),
+)
+
+IO = (
+    Case("io_requested_output", "server", (qa("add_sub"),), clients=(
+        Client(("io_test.py::IOTest::test_requested_output_default",), f"{L0}/io"),)),
+    Case("io_dlpack", "server", (), skip="test_ensemble_io, test_empty_gpu_output, "
+         "test_variable_gpu_output, test_requested_output_decoupled: dlpack_* models, "
+         + TORCH + " (and GPU tensors)"),
+)
+
+ASYNC_EXECUTE = Case(
+    "async_execute", "server",
+    (qa("async_execute_decouple"), qa("async_execute_decouple_bls")),
+    clients=(Client(("concurrency_test.py",), f"{L0}/async_execute"),),
+)
+
+LIFECYCLE = (
+    Case("lifecycle", "server", (
+        qa("error_code"), qa("execute_cancel"),
+        qa("execute_error", subs=(renamed("execute_error"),
+                                  (r"^max_batch_size:.*", "max_batch_size: 8")),
+           append=("dynamic_batching { preferred_batch_size: [8], "
+                   "max_queue_delay_microseconds: 12000000 }",)),
+        qa("execute_grpc_error", subs=(renamed("execute_grpc_error"),
+                                       (r"^max_batch_size:.*", "max_batch_size: 8")),
+           append=("dynamic_batching { preferred_batch_size: [8], "
+                   "max_queue_delay_microseconds: 1200000 }",)),
+        qa("execute_return_error"),
+        qa("wrong_model", subs=(renamed("wrong_model"), ("TYPE_FP32", "TYPE_UINT32"))),
+    ), clients=(Client(("lifecycle_test.py",), f"{L0}/lifecycle"),),
+        log_name=f"{L0}/lifecycle/lifecycle_server.log"),
+    Case("init_error", "server", (qa("init_error"),),
+         load_error="name 'lorem_ipsum' is not defined"),
+    Case("fini_error", "server", (qa("fini_error"),),
+         log_after=("name 'undefined_variable' is not defined",)),
+    Case("auto_complete_error", "server", (qa("auto_complete_error", config=None),),
+         server_args=("--strict-model-config=false",),
+         load_error="name 'undefined_variable' is not defined"),
+)
+
+ARGUMENT_VALIDATION = Case(
+    "argument_validation", "server", (local("argument_validation", "argument_validation"),),
+    clients=(shm_leak("argument_validation", "argument_validation"),))
+
+_LOG_MSGS = ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!")
+LOGGING = (
+    Case("logging", "server", (qa("identity_fp32_logging"),),
+         server_args=("--log-verbose", "0"),
+         clients=(Client(("logging_test.py",), f"{L0}/logging"),), log_after=_LOG_MSGS),
+    Case("logging_verbose", "server", (qa("identity_fp32_logging"),),
+         server_args=("--log-verbose", "0"),
+         http_posts=(("/v2/logging", '{"log_verbose_level":1}'),),
+         clients=(Client(("logging_test.py",), f"{L0}/logging"),),
+         log_after=(*_LOG_MSGS, "Verbose Msg!")),
+)
+
+CUSTOM_METRICS = Case("custom_metrics", "server", (qa("custom_metrics"),),
+                      clients=(shm_leak("custom_metrics", "custom_metrics"),))
+
+MODEL_CONTROL = Case(
+    "model_control", "server",
+    (qa("identity_fp32"), Model("qa/python_models/simple_identity_fp32", model=None)),
+    server_args=("--model-control-mode=explicit",),
+    clients=(Client(("model_control_test.py",), f"{L0}/model_control"),))
+
+REQUEST_RESCHEDULING = Case(
+    "request_rescheduling", "server",
+    (qa("bls_request_rescheduling"), qa("request_rescheduling_addsub"),
+     qa("iterative_sequence"), qa("wrong_return_type")),
+    server_args=("--model-control-mode=explicit", "--load-model=*"),
+    clients=(shm_leak("request_rescheduling", "bls_request_rescheduling"),
+             Client(("grpc_endpoint_test.py",), f"{L0}/request_rescheduling")))
+
+NOT_RUN = (
+    Case("python_based_backends", "server", (), skip="installs a backend into tritonserver's "
+         "--backend-directory and generates a libtorch model: " + TORCH),
+    Case("env", "server", (), skip="EXECUTION_ENV conda-pack environments (conda)"),
+    Case("variants", "server", (), skip="builds python_backend's C++ stub from source"),
+    Case("restart", "server", (), skip="disabled in Triton's own L0 test.sh at this tag"),
+    Case("add_sub_gpu", "server", (), skip="KIND_GPU model: needs a GPU"),
+)
+
+CASES: tuple[Case, ...] = (
+    MAIN, *SERVER_STARTS, ENSEMBLE, *BLS, DECOUPLED, *RESPONSE_SENDER, *IO, ASYNC_EXECUTE,
+    *LIFECYCLE, ARGUMENT_VALIDATION, *LOGGING, CUSTOM_METRICS, MODEL_CONTROL,
+    REQUEST_RESCHEDULING, *NOT_RUN,
+)
