@@ -57,7 +57,7 @@ def format_glog(level: LogLevel, message: str, filename: str, line: int) -> str:
 
 def _emit(message: str, level: int, frame: FrameType | None) -> None:
     message = as_str("log message", message)
-    if isinstance(level, bool) or not isinstance(level, int) or level not in _LEADING_CHAR:
+    if not isinstance(level, LogLevel):  # an int is refused, as by Triton's binding
         raise TypeError(f"log level must be a Logger.LogLevel, got {level!r}")
     level = LogLevel(level)
     filename = frame.f_code.co_filename if frame is not None else "<unknown>"

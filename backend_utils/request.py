@@ -110,6 +110,8 @@ class InferenceRequest:
             raise TypeError("requested_output_names must be a list of str")
         names = [as_str("requested output name", name) for name in requested_output_names]
 
+        if correlation_id is None:  # Triton's binding refuses None before it looks inside
+            raise TypeError("correlation_id must be an int or a str, got None")
         parameters_json = parameters_to_json(parameters)
         if isinstance(correlation_id, int):
             if not 0 <= correlation_id <= _UINT64_MAX:

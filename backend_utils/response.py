@@ -19,12 +19,11 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = (),
         error: TritonError | None = None,
         parameters: dict[str, bool | int | str] | None = None,
     ) -> None:
-        if output_tensors is None:
-            output_tensors = []
+        # None is a TypeError, as Triton's binding says (an empty list is fine).
         if not isinstance(output_tensors, (list, tuple)):
             raise TypeError(
                 f"output_tensors must be a list of Tensor, got {type(output_tensors).__name__}"

@@ -85,11 +85,12 @@ class Tensor:
     _gpu: tuple[_dlpack.DLInfo, Any] | None
 
     def __init__(self, name: str, numpy_array: np.ndarray) -> None:
-        name = _check_name(name)
+        # The data's type first, as Triton's binding: Tensor("", None) is a TypeError.
         if not isinstance(numpy_array, np.ndarray):
             raise TypeError(
                 f"Tensor data must be a numpy.ndarray, got {type(numpy_array).__name__}"
             )
+        name = _check_name(name)
         code = _code_of_dtype(numpy_array.dtype)
         if code is None:
             raise TritonModelException("NumPy dtype is not supported.")

@@ -227,3 +227,17 @@ async def test_async_exec_decoupled_gives_an_async_iterable_stream(runtime):
     stream = await make_bls().async_exec(decoupled=True)
     got = [len(r.output_tensors()) async for r in stream]
     assert got == [1, 0]
+
+
+def test_none_where_tritons_binding_wants_a_value_is_a_type_error():
+    """Triton's pybind11 binding refuses None before the call's own checks run."""
+    with pytest.raises(TypeError):
+        make_bls(correlation_id=None)
+    with pytest.raises(TypeError):
+        pb.InferenceResponse(output_tensors=None)
+    with pytest.raises(TypeError):
+        pb.Tensor("", None)  # the data is checked before the name
+    with pytest.raises(TypeError):
+        pb.Logger.log("message", 1)  # a level is a Logger.LogLevel, not an int
+    pb.InferenceResponse(output_tensors=[])
+    pb.InferenceResponse()
