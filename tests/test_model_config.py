@@ -331,3 +331,11 @@ def test_auto_complete_may_not_switch_the_scheduler() -> None:
     err = error_of(apply_auto_complete, cfg, updated)
     assert err.code == ErrorCode.INTERNAL
     assert err.message == "Cannot update scheduling choice from 11 to 11 when auto-completing."
+
+
+def test_an_ensemble_is_refused_for_what_it_is() -> None:
+    text = ('platform: "ensemble" ensemble_scheduling { step [ { model_name: "add_sub" '
+            'model_version: -1 } ] }')
+    err = error_of(complete, text, "pipe")
+    assert err.code == ErrorCode.UNSUPPORTED
+    assert "model 'pipe' is an ensemble (platform 'ensemble')" in err.message

@@ -69,6 +69,10 @@ def validate_model_config(cfg: mc.ModelConfig) -> None:
         _validate_dynamic_batching(cfg)
     if cfg.HasField("sequence_batching"):
         _validate_sequence_batching(cfg)
+    if cfg.platform == ENSEMBLE_PLATFORM:
+        raise ServerError(ErrorCode.UNSUPPORTED, (
+            f"model '{name}' is an ensemble (platform '{ENSEMBLE_PLATFORM}'): pbserve does "
+            f"not run ensembles yet; a Python model calling the steps with BLS does the same"))
     if cfg.HasField("ensemble_scheduling"):
         raise invalid_arg(f"ensemble scheduling cannot be set for model '{name}' whose "
                           f"platform is not {ENSEMBLE_PLATFORM}")
