@@ -245,3 +245,23 @@ def test_a_failed_restart_is_tried_again_and_queued_requests_wait_for_it(tmp_pat
         marker.unlink()
         waiter.join(30)
         assert answer.get("pid") not in (None, pid)
+
+
+def test_triton_grpc_error_header_ends_the_stream_with_the_errors_status(server):
+    """Triton's `triton_grpc_error: true` stream header: a model's error ends the stream
+    with a gRPC status instead of arriving as an error response inside it."""
+    import queue
+
+    from client_inputs import grpc_input
+
+    for header, expected in ((True, "StatusCode.INTERNAL"), (False, None)):
+        client = server.grpc_client()
+        results: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: results.put(error),
+                            headers={"triton_grpc_error": "true"} if header else None)
+        client.async_stream_infer("sleepy", [grpc_input("SLEEP_MS", np.array([-1], np.int32))])
+        error = results.get(timeout=20)
+        client.stop_stream()
+        assert isinstance(error, InferenceServerException)
+        assert "sleep length must be non-negative" in error.message()
+        assert error.status() == expected

@@ -65,6 +65,9 @@ class StreamSession:
         self._reading = True
         self._reader: asyncio.Task | None = None
         self._shutting_down = False
+        # Triton's `triton_grpc_error: true` stream header: the first error ends the call
+        # with its gRPC status instead of travelling as a response's error_message.
+        self._grpc_error = _header_true(context, GRPC_ERROR_HEADER)
         # Completion of the latest non-decoupled request: the next one waits for it
         # before it queues its response, so they go out in arrival order.
         self._ordered_tail: asyncio.Future | None = None
@@ -161,27 +164,32 @@ class StreamSession:
                              previous: asyncio.Future | None, mine: asyncio.Future) -> None:
         try:
             if infer_request is None:
-                message = refused_message(request, error_of(error))  # type: ignore[arg-type]
+                failure = error_of(error)  # type: ignore[arg-type]
+                message = refused_message(request, failure)
             else:
-                message = await self._infer(request, infer_request)
+                message, failure = await self._infer(request, infer_request)
             if previous is not None and not previous.done():
                 await previous
-            self._outbox.put_nowait(message)
+            if failure is not None and self._grpc_error:
+                self._end(failure)
+            else:
+                self._outbox.put_nowait(message)
         finally:
             if not mine.done():
                 mine.set_result(None)
 
-    async def _infer(self, request: pb.ModelInferRequest,
-                     infer_request: InferRequest) -> pb.ModelStreamInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, infer_request: InferRequest
+                     ) -> tuple[pb.ModelStreamInferResponse, ServerError | None]:
+        """The response message, and the error it carries (None when it is data)."""
         try:
             response = await self._core.infer(infer_request)
             try:
-                return response_message(request, response)
+                return response_message(request, response), response.error
             finally:
                 response.release()
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
-            return refused_message(request, self._errors.request_failed(
-                "ModelStreamInfer", exc))
+            failure = self._errors.request_failed("ModelStreamInfer", exc)
+            return refused_message(request, failure), failure
 
     async def _serve_decoupled(self, request: pb.ModelInferRequest,
                                infer_request: InferRequest, empty_final: bool) -> None:
@@ -193,13 +201,30 @@ class StreamSession:
                         if is_flag_only(response):
                             if empty_final:
                                 put(empty_final_message(request))
+                        elif response.error is not None and self._grpc_error:
+                            self._end(response.error)
+                            return
                         else:
                             put(response_message(request, response))
                     finally:
                         response.release()
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
-            put(refused_message(request, self._errors.request_failed(
-                "ModelStreamInfer", exc)))
+            failure = self._errors.request_failed("ModelStreamInfer", exc)
+            if self._grpc_error:
+                self._end(failure)
+            else:
+                put(refused_message(request, failure))
+
+
+GRPC_ERROR_HEADER = "triton_grpc_error"
+
+
+def _header_true(context: grpc.aio.ServicerContext, key: str) -> bool:
+    """Whether the call's metadata sets `key` to true."""
+    for name, value in context.invocation_metadata() or ():
+        if name == key:
+            return str(value).lower() == "true"
+    return False
 
 
 def is_flag_only(response: InferResponse) -> bool:
