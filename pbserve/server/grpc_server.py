@@ -12,6 +12,7 @@ are Triton's own (`tritonclient.grpc.service_pb2`); the message size limit is Tr
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import grpc
 from tritonclient.grpc.service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
@@ -39,6 +40,37 @@ class GrpcServer:
         await self._server.stop(grace)
 
 
+SERVICE = "inference.GRPCInferenceService"
+# Methods whose servicer takes and returns the message bytes itself (grpc_wire.py).
+RAW_METHODS = ("ModelInfer",)
+
+
+class _Handlers:
+    """Stands in for the server while the generated code registers the service: keeps
+    the method handlers it builds."""
+
+    def __init__(self) -> None:
+        self.methods: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers as the registered ones below
+
+    def add_registered_method_handlers(self, service: str, methods: dict) -> None:
+        self.methods.update(methods)
+
+
+def add_servicer(server: grpc.aio.Server, servicer: InferenceServicer) -> None:
+    """The generated registration of Triton's service, but for RAW_METHODS: no
+    deserializer or serializer, the servicer works on the bytes."""
+    handlers = _Handlers()
+    add_GRPCInferenceServiceServicer_to_server(servicer, handlers)
+    methods = handlers.methods
+    for name in RAW_METHODS:
+        methods[name] = grpc.unary_unary_rpc_method_handler(getattr(servicer, name))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    server.add_registered_method_handlers(SERVICE, methods)
+
+
 def _target(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # an IPv6 address
@@ -54,7 +86,7 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])
-    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(core), server)
+    add_servicer(server, InferenceServicer(core))
     target = _target(host, port)
     try:
         bound = server.add_insecure_port(target)

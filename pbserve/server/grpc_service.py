@@ -27,12 +27,13 @@ from pbserve.errors import ErrorCode, ServerError
 from pbserve.server import grpc_shm, http_stats
 from pbserve.server.grpc_codec import (
     decode_infer_request,
-    encode_infer_response,
+    encode_infer_response_bytes,
     error_of,
     model_version,
     status_code,
 )
 from pbserve.server.grpc_stream import StreamSession
+from pbserve.server.grpc_wire import parse_infer_request
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -72,19 +73,22 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             await abort(context, exc, rpc)
 
     # -- inference (the hot path: no helper layers) -------------------------------------
-    async def ModelInfer(self, request: pb.ModelInferRequest,
-                         context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+    async def ModelInfer(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """Bytes in, bytes out (grpc_server.py registers no (de)serializer): see
+        grpc_wire.py. A body protobuf cannot parse raises its DecodeError out of the
+        handler, which grpcio answers as it answered a failed deserializer."""
         core = self._core
+        request, raw = parse_infer_request(body)
         try:
             version = model_version(request.model_version)
             if core.is_decoupled(request.model_name, version):
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
-            infer_request, _ = decode_infer_request(request, version)
+            infer_request, _ = decode_infer_request(request, version, raw)
             response = await core.infer(infer_request)
             try:
                 if response.error is not None:
                     raise response.error
-                return encode_infer_response(response)
+                return encode_infer_response_bytes(response)
             finally:
                 response.release()
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
