@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -237,6 +238,9 @@ async def serve(args: argparse.Namespace) -> int:
                                                       args.metrics_port, limits))
             log.info("Started Metrics Service at %s:%d", args.metrics_address,
                      args.metrics_port)
+        # What start-up made (modules, configs, servers) lives as long as the server:
+        # out of the collector's sight, collections walk only what requests make.
+        gc.freeze()
         await stop.wait()
         log.info("Signal received: shutting down")
     finally:

@@ -32,6 +32,8 @@ from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server.grpc_server import start_grpc_server
+from pbserve.server.grpc_wire import SPLIT_MIN_BYTES
+from pbserve.server.grpc_wire import varint_bytes as _varint
 from shm.pool import RegionMap
 
 TIMEOUT_S = 10.0
@@ -302,6 +304,52 @@ def test_every_dtype_round_trips_bit_exact_through_raw_contents(client):
     # outputs are raw, in the order the model made them
     assert [o.name for o in response.outputs] == ["OUT_" + k for k in arrays]
     assert len(response.raw_output_contents) == len(arrays)
+
+
+def test_large_inputs_are_split_off_the_message_and_round_trip(client, server):
+    """Requests of SPLIT_MIN_BYTES and more have their raw contents read as slices of the
+    received bytes (grpc_wire.py): every field around them still counts, wherever it is."""
+    big = np.arange(SPLIT_MIN_BYTES // 4 + 3, dtype=np.int32).reshape(1, -1)
+    other = np.linspace(0, 1, 20000, dtype=np.float64).reshape(1, -1)
+    small = np.array([[7, 8, 9]], np.uint8)
+    result = client.infer("identity", [g_in("IN_big", big), g_in("IN_small", small),
+                                       g_in("IN_other", other)],
+                          request_id="split-1", client_timeout=TIMEOUT_S)
+    for name, expected in (("big", big), ("small", small), ("other", other)):
+        actual = result.as_numpy("OUT_" + name)
+        assert actual.dtype == expected.dtype and actual.tobytes() == expected.tobytes()
+    assert result.get_response().id == "split-1"
+    # the raw contents first, the id between them and the inputs last: the same request
+    request = pb.ModelInferRequest(model_name="identity", id="split-2")
+    tensor = request.inputs.add(name="IN_big", datatype="INT32", shape=big.shape)
+    raw = b"\x3a" + _varint(big.nbytes) + big.tobytes()
+    body = raw + pb.ModelInferRequest(id="split-2").SerializeToString() \
+        + pb.ModelInferRequest(model_name="identity", inputs=[tensor]).SerializeToString()
+    channel = grpc.insecure_channel(server.url)
+    try:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        reply = pb.ModelInferResponse.FromString(call(body, timeout=TIMEOUT_S))
+    finally:
+        channel.close()
+    assert reply.id == "split-2" and reply.raw_output_contents[0] == big.tobytes()
+    assert [(o.name, o.datatype, list(o.shape)) for o in reply.outputs] == [
+        ("OUT_big", "INT32", list(big.shape))]
+
+
+@pytest.mark.parametrize("body", [b"\xff\xff", b"\x3a\x05ab",
+                                  b"\x3a" + b"\xff\xff\x07" + bytes(SPLIT_MIN_BYTES)],
+                         ids=["garbage", "truncated", "large-truncated"])
+def test_unparsable_infer_request_is_invalid_argument_naming_the_message(server, body):
+    channel = grpc.insecure_channel(server.url)
+    try:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as info:
+            call(body, timeout=TIMEOUT_S)
+    finally:
+        channel.close()
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith(
+        "failed to parse the inference.ModelInferRequest message")
 
 
 def test_requested_outputs_reach_the_core(client):

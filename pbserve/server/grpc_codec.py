@@ -28,10 +28,12 @@ from pbserve.backend.types import (
 )
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.grpc_shm import tensor_shm
+from pbserve.server.grpc_wire import infer_response_parts
 from pbserve.server.http_codec import byte_view, error_of
 
 __all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
-           "error_of", "model_version", "status_code", "status_message"]
+           "encode_infer_response_bytes", "error_of", "model_version", "status_code",
+           "status_message"]
 
 FINAL_KEY = "triton_final_response"
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
@@ -105,15 +107,18 @@ def model_version(text: str) -> str:
 
 # --- request -------------------------------------------------------------------------
 
-def decode_infer_request(request: pb.ModelInferRequest,
-                         version: str) -> tuple[InferRequest, bool]:
-    """The core's request, and whether the client asked for empty final responses."""
+def decode_infer_request(request: pb.ModelInferRequest, version: str,
+                         raw: list[Any] | None = None) -> tuple[InferRequest, bool]:
+    """The core's request, and whether the client asked for empty final responses.
+    `raw`: the raw input contents when they were split off the message (grpc_wire.py);
+    by default the message's `raw_input_contents`."""
     model = request.model_name
     infer_request = InferRequest(model_name=model, model_version=version, id=request.id)
     empty_final = False
     if request.parameters:
         empty_final = _apply_parameters(infer_request, request.parameters)
-    raw = request.raw_input_contents
+    if raw is None:
+        raw = request.raw_input_contents  # type: ignore[assignment]
     raw_count = len(raw)
     inputs = infer_request.inputs
     index = 0
@@ -136,7 +141,7 @@ def decode_infer_request(request: pb.ModelInferRequest,
                                   f"'{model}'")
             data: Any = contents_to_raw(tensor, model)
         elif index < raw_count:
-            data = raw[index]  # a new bytes object per access: read each one once
+            data = raw[index]  # a message's: a new bytes object per access: read once
             index += 1
         else:
             raise invalid_arg(f"unable to find data for input tensor '{tensor.name}' for "
@@ -255,22 +260,35 @@ def _apply_parameters(request: InferRequest, params: Any) -> bool:
 def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
     """A successful response as protobuf; its bytes are copied, so the caller may
     release the response as soon as this returns."""
-    message = pb.ModelInferResponse(model_name=response.model_name,
-                                    model_version=response.model_version, id=response.id)
-    if response.parameters:
-        set_parameters(message.parameters, response.parameters)
-    outputs = message.outputs
+    message = encode_response_header(response)
     raw = message.raw_output_contents
     for tensor in response.outputs:
-        output = outputs.add()
-        output.name = tensor.name
-        output.datatype = tensor.datatype
-        output.shape.extend(tensor.shape)
         data = tensor.data
         if tensor.shm is not None:  # written into the client's region: no data here
             raw.append(b"")
             continue
         raw.append(data if type(data) is bytes else bytes(byte_view(data)))
+    return message
+
+
+def encode_infer_response_bytes(response: InferResponse) -> bytes:
+    """A successful response's wire bytes, each output copied once (from its buffer into
+    the bytes), so the caller may release the response as soon as this returns."""
+    return b"".join(infer_response_parts(response, encode_response_header(response)))
+
+
+def encode_response_header(response: InferResponse) -> pb.ModelInferResponse:
+    """The response without its raw output contents."""
+    message = pb.ModelInferResponse(model_name=response.model_name,
+                                    model_version=response.model_version, id=response.id)
+    if response.parameters:
+        set_parameters(message.parameters, response.parameters)
+    outputs = message.outputs
+    for tensor in response.outputs:
+        output = outputs.add()
+        output.name = tensor.name
+        output.datatype = tensor.datatype
+        output.shape.extend(tensor.shape)
     return message
 
 

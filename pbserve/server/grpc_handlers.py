@@ -39,6 +39,11 @@ async def abort(context: grpc.aio.ServicerContext, error: ServerError) -> None:
     await context.abort(status_code(error), status_message(error.message))
 
 
+# RPCs registered without a (de)serializer: the servicer parses the bytes itself, reading
+# large tensors in place, and answers bytes (grpc_wire.py).
+RAW_METHODS = ("ModelInfer",)
+
+
 def _tolerant(message_type: Any) -> Callable[[bytes], Any]:
     parse = message_type.FromString
     name = message_type.DESCRIPTOR.full_name
@@ -78,6 +83,13 @@ def method_handlers(servicer: Any, errors: ErrorLog,
     `restricted`: the groups --grpc-restricted-protocol closes."""
     handlers = {}
     for method in SERVICE.methods:
+        if method.name in RAW_METHODS:  # bytes in, bytes out (grpc_wire.py)
+            behavior = getattr(servicer, method.name)
+            restriction = (restricted or {}).get(GRPC_CATEGORIES.get(method.name, ""))
+            if restriction is not None:
+                behavior = _restricted(behavior, restriction)
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(behavior)
+            continue
         request_type = getattr(pb, method.input_type.name)
         serialize = getattr(pb, method.output_type.name).SerializeToString
         behavior = getattr(servicer, method.name)

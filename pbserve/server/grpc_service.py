@@ -23,16 +23,17 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.model_config import config_from_dict
-from pbserve.errors import ErrorCode, ServerError
+from pbserve.errors import ErrorCode, MalformedRequest, ServerError
 from pbserve.server import grpc_logging, grpc_shm, grpc_trace, http_stats
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc_codec import (
     decode_infer_request,
-    encode_infer_response,
+    encode_infer_response_bytes,
     model_version,
 )
 from pbserve.server.grpc_handlers import abort
 from pbserve.server.grpc_stream import StreamSession
+from pbserve.server.grpc_wire import parse_infer_request
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -72,19 +73,27 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             await self._fail(context, rpc, exc)
 
     # -- inference (the hot path: no helper layers) -------------------------------------
-    async def ModelInfer(self, request: pb.ModelInferRequest,
-                         context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+    async def ModelInfer(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """Bytes in, bytes out (grpc_server.py registers no (de)serializer): see
+        grpc_wire.py. A body protobuf cannot parse is INVALID_ARGUMENT, as for the
+        other RPCs (grpc_handlers.py)."""
         core = self._core
+        try:
+            request, raw = parse_infer_request(body)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, or nesting past protobuf's
+            await self._fail(context, "ModelInfer", MalformedRequest(
+                f"failed to parse the inference.ModelInferRequest message ({len(body)} "
+                f"bytes): {exc}"))
         try:
             version = model_version(request.model_version)
             if core.is_decoupled(request.model_name, version):
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
-            infer_request, _ = decode_infer_request(request, version)
+            infer_request, _ = decode_infer_request(request, version, raw)
             response = await core.infer(infer_request)
             try:
                 if response.error is not None:
                     raise response.error
-                return encode_infer_response(response)
+                return encode_infer_response_bytes(response)
             finally:
                 response.release()
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
