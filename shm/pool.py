@@ -61,13 +61,14 @@ class ShmSizes(NamedTuple):
 class Pool:
     """Allocator over regions named `<prefix>-p<serial>`; thread-safe.
 
-    `on_pressure()`, when given, is called (outside the pool's lock) when /dev/shm is
-    full; it may free memory (trim this pool and others) before the one retry.
+    `on_pressure(attempt)`, when given, is called (outside the pool's lock) when /dev/shm
+    is full; it may free memory (trim this pool, ask others to) and says whether to try
+    again (`attempt` counts from 1).
     """
 
     def __init__(self, prefix: str, default_size: int = DEFAULT_SIZE,
                  growth_size: int = DEFAULT_GROWTH, max_bytes: int | None = None,
-                 on_pressure: Callable[[], None] | None = None) -> None:
+                 on_pressure: Callable[[int], bool] | None = None) -> None:
         self.prefix = prefix
         self.default_size = default_size
         self.growth_size = growth_size
@@ -96,14 +97,16 @@ class Pool:
 
     def alloc(self, nbytes: int) -> Block:
         """A block of at least `nbytes`; grows the pool by a region when needed. When
-        /dev/shm is full, `on_pressure` runs and the allocation is tried once more."""
-        try:
-            return self._alloc(nbytes)
-        except ShmExhausted:
-            if self.on_pressure is None:
-                raise
-        self.on_pressure()
-        return self._alloc(nbytes)
+        /dev/shm is full, `on_pressure` runs and the allocation is tried again while it
+        says so."""
+        attempt = 0
+        while True:
+            try:
+                return self._alloc(nbytes)
+            except ShmExhausted:
+                attempt += 1
+                if self.on_pressure is None or not self.on_pressure(attempt):
+                    raise
 
     def _alloc(self, nbytes: int) -> Block:
         cls = size_class(nbytes)

@@ -44,6 +44,7 @@ from stub.tensors import input_tensors
 
 PARENT_CHECK_S = 0.5
 PRESSURE_PAUSE_S = 0.05  # /dev/shm full: how long the others get to give memory back
+SHM_WAIT_S = 10.0  # ... and how long an allocation waits for memory in all
 CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
 
 LOG_ERROR = 2
@@ -169,12 +170,16 @@ class Stub:
         if names:
             self.send((p.REGIONS_GONE, tuple(names)))
 
-    def _relieve_pressure(self) -> None:
+    def _relieve_pressure(self, attempt: int) -> bool:
         """/dev/shm is full while this stub allocates (Pool.on_pressure): give back what
-        it can, ask the others to, and give them a moment before the one retry."""
+        it can, ask the others to, and give them a moment; the allocation waits so for
+        the requests in flight elsewhere to give memory back, SHM_WAIT_S at most."""
+        if attempt * PRESSURE_PAUSE_S > SHM_WAIT_S or not self._running:
+            return False
         self._trim(True)
         self.send((p.SHM_PRESSURE,))
         time.sleep(PRESSURE_PAUSE_S)
+        return True
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:

@@ -47,14 +47,23 @@ def _can_unshare() -> str | None:
 pytestmark = pytest.mark.skipif(_can_unshare() is not None, reason=str(_can_unshare()))
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """models/examples/identity with two instances."""
+def _repo(tmp_path: Path, copy_outputs: bool) -> Path:
+    """models/examples/identity with two instances; `copy_outputs`: it answers with copies
+    of its inputs, which its stub allocates (else the parent's input blocks are lent)."""
     model = tmp_path / "repo" / "identity"
     shutil.copytree(ROOT / "models" / "examples" / "identity", model)
     config = model / "config.pbtxt"
     config.write_text(config.read_text().replace("count: 1", "count: 2"))
+    if copy_outputs:
+        code = model / "1" / "model.py"
+        code.write_text(code.read_text().replace("as_numpy())", "as_numpy().copy())"))
+        assert ".copy()" in code.read_text()
     return model.parent
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return _repo(tmp_path, copy_outputs=False)
 
 
 def _shm_used(pid: int) -> int:
@@ -85,8 +94,10 @@ def _burst(url: str, count: int) -> list[bool]:
         return list(pool.map(one, range(count)))
 
 
+@pytest.mark.parametrize("copy_outputs", [False, True], ids=["lent", "copied"])
 def test_eight_concurrent_16_mib_requests_pass_on_a_64_mib_dev_shm_and_the_pools_shrink(
-        repo, tmp_path):
+        tmp_path, copy_outputs):
+    repo = _repo(tmp_path, copy_outputs)
     with running_server(repo, log_path=tmp_path / "server.log",
                         launcher=_launcher("64m")) as server:
         idle = _shm_used(server.pid)  # the stubs' queues and nothing else

@@ -36,6 +36,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
               mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
 _keys = itertools.count(1)
+# A request waits in a busy stub's queue (ModelInstance.can_queue_another) only with inputs
+# up to this size: there they hold shm that a running request may need for its outputs.
+AHEAD_MAX_BYTES = 1 << 20
 
 
 class Model:
@@ -416,13 +419,16 @@ class Model:
             raise
         return tuple(descs), blocks
 
-    def _stage(self, pending: PendingRequest) -> bool:
+    def _stage(self, pending: PendingRequest, ahead: bool = False) -> bool:
         """Copy a request's inputs into the parent's pool as it goes to an instance (the
         default scheduler's requests wait for one with their inputs in process memory,
         so a queue never holds /dev/shm). False when it cannot go now: /dev/shm is full
-        (it waits, and is tried again) or the request can never fit (it failed)."""
+        (it waits, and is tried again), the request can never fit (it failed), or
+        (`ahead`: to wait in a busy stub's queue) it is larger than AHEAD_MAX_BYTES."""
         msg = pending.unstaged
         assert msg is not None
+        if ahead and _input_bytes(pending.request) > AHEAD_MAX_BYTES:
+            return False
         try:
             descs, blocks = self._copy_inputs(pending.request, pending.batch_size)
         except ShmExhausted:
@@ -437,8 +443,7 @@ class Model:
     def _shm_short(self, pending: PendingRequest) -> bool:
         """/dev/shm could not take the request's inputs: it waits for memory the requests
         in flight give back, unless it is larger than /dev/shm or waited SHM_WAIT_S."""
-        nbytes = sum([memoryview(t.data).nbytes for t in pending.request.inputs
-                      if t.shm is None])
+        nbytes = _input_bytes(pending.request)
         capacity = shm_capacity()
         now = asyncio.get_running_loop().time()
         if capacity and nbytes > capacity:
@@ -499,6 +504,11 @@ class Model:
 
     def _error(self, pending: PendingRequest, error: ServerError) -> InferResponse:
         return InferResponse(self.name, self.version, pending.request.id, error=error)
+
+
+def _input_bytes(request: InferRequest) -> int:
+    """The bytes of a request's inputs that go into the parent's pool."""
+    return sum([memoryview(t.data).nbytes for t in request.inputs if t.shm is None])
 
 
 def _failure_reason(pending: PendingRequest, error: ServerError) -> str:

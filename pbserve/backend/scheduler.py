@@ -217,13 +217,14 @@ class _OrderedQueue(asyncio.Queue):
 
 
 class Scheduler:
-    """`stage(pending)`: copies the inputs of a request that waited with them in process
-    memory into shm as it is dispatched (Model._stage); False when it cannot go now:
-    /dev/shm is full (the request goes back to the front of the queue, and dispatching
-    pauses SHM_RETRY_S) or the request failed."""
+    """`stage(pending, ahead)`: copies the inputs of a request that waited with them in
+    process memory into shm as it is dispatched (Model._stage); False when it cannot go
+    now: /dev/shm is full (the request goes back to the front of the queue, and
+    dispatching pauses SHM_RETRY_S), the request failed, or (`ahead`: to wait in a busy
+    stub's queue) its inputs are too large to hold shm while they wait."""
 
     def __init__(self, cfg: mc.ModelConfig,
-                 stage: Callable[[PendingRequest], bool] | None = None) -> None:
+                 stage: Callable[[PendingRequest, bool], bool] | None = None) -> None:
         self.instances: list[ModelInstance] = []
         self._stage = stage
         self._shm_timer: asyncio.TimerHandle | None = None
@@ -267,7 +268,7 @@ class Scheduler:
             # straight to the first idle instance (what queueing then dispatching does).
             for instance in self.instances:
                 if instance.ready:
-                    if pending.inputs is None and not self._stage(pending):
+                    if pending.inputs is None and not self._stage(pending, False):
                         break
                     instance.execute([pending])
                     instance.await_reply_briefly()
@@ -275,7 +276,7 @@ class Scheduler:
             else:
                 for instance in self.instances:  # all busy: wait in a stub's queue, if one may
                     if instance.can_queue_another:
-                        if pending.inputs is None and not self._stage(pending):
+                        if pending.inputs is None and not self._stage(pending, True):
                             break
                         instance.execute([pending])
                         return
@@ -350,27 +351,30 @@ class Scheduler:
             if not self._size:
                 return
             if instance.can_queue_another:
-                batch = self._staged([self._pop()])
+                batch = self._staged([self._pop()], ahead=True)
                 if not batch:
                     return
                 instance.execute(batch)
 
-    def _staged(self, batch: list[PendingRequest]) -> list[PendingRequest]:
-        """The requests of `batch` whose inputs are (now) in shm; those /dev/shm could not
-        take go back to the front of the queue, and dispatching waits for memory."""
+    def _staged(self, batch: list[PendingRequest], ahead: bool = False
+                ) -> list[PendingRequest]:
+        """The requests of `batch` whose inputs are (now) in shm; the others go back to
+        the front of the queue, and if /dev/shm could not take them dispatching waits
+        for memory."""
         if self._stage is None:
             return batch
         ready: list[PendingRequest] = []
         waiting: list[PendingRequest] = []
         for pending in batch:
-            if waiting or (pending.inputs is None and not self._stage(pending)):
+            if waiting or (pending.inputs is None and not self._stage(pending, ahead)):
                 if not pending.done:
                     waiting.append(pending)
                 continue
             ready.append(pending)
         if waiting:
             self.requeue(waiting)
-            self._wait_for_shm()
+            if waiting[0].shm_wait_since:
+                self._wait_for_shm()
         return ready
 
     def _wait_for_shm(self) -> None:

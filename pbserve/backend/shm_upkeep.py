@@ -88,15 +88,17 @@ class ShmUpkeep:
         self._forget(self._pool.trim(), None)
         self._timer = asyncio.get_running_loop().call_later(TRIM_INTERVAL_S, self._tick)
 
-    def relieve(self) -> None:
-        """/dev/shm is full: every pool gives back its empty regions now."""
+    def relieve(self, attempt: int = 1) -> bool:
+        """/dev/shm is full: every pool gives back its empty regions now. False: the
+        parent's allocation is not tried again at once (its request waits, scheduler.py)."""
         now = time.monotonic()
         if self._pool is None or now - self._relieved < PRESSURE_INTERVAL_S:
-            return
+            return False
         self._relieved = now
         self._forget(self._pool.trim(force=True), None)
         for instance in self._instances():
             instance.send_control((p.TRIM,))
+        return False
 
     def regions_gone(self, source: ModelInstance, names: tuple[str, ...]) -> None:
         """A stub gave these regions back: unmap them here and in the other stubs."""
