@@ -330,10 +330,20 @@ class Model:
             output_shm = self._output_shm(request)
         staged = True
         if descs is None:
-            if self._stages and any([t.shm is None for t in request.inputs]):
-                descs, blocks, staged = (), [], False  # copied when dispatched: _stage
+            # A request an idle instance takes at once is copied now, as always; one that
+            # will wait (or that /dev/shm cannot take now) is copied when dispatched.
+            if self._stages and not self.scheduler.takes_now() \
+                    and any([t.shm is None for t in request.inputs]):
+                staged = False
             else:
-                descs, blocks = self._copy_inputs(request, batch_size)
+                try:
+                    descs, blocks = self._copy_inputs(request, batch_size)
+                except ShmExhausted:
+                    if not self._stages:
+                        raise
+                    staged = False
+            if not staged:
+                descs, blocks = (), []  # _stage copies them
         else:
             descs = tuple((d[0], d[1], self._validator.model_shape(t, batch_size), *d[3:])
                           for d, t in zip(descs, request.inputs))

@@ -311,6 +311,15 @@ class Scheduler:
         self._size += 1
         self.dispatch()
 
+    def takes_now(self) -> bool:
+        """Whether `submit` would hand a request to an idle instance at once."""
+        if self._batching or self._size:
+            return False
+        for instance in self.instances:
+            if instance.ready:
+                return True
+        return False
+
     def requeue(self, batch: list[PendingRequest]) -> None:
         """A batch that waited in a dead stub's queue: first in line again."""
         for pending in reversed(batch):
