@@ -136,6 +136,7 @@ def test_pool_sizes_come_from_backend_config(repo, tmp_path):
         small = np.arange(1000, dtype=np.uint8)
         assert np.array_equal(_identity(client, small), small)
         client.close()
+        assert "is ignored" not in server.log_text()  # both settings are used
         # The parent's first region: the default size asked for, not 1 MiB.
         assert _shm_used(server.pid) - before >= 2 * MIB
         stubs = subprocess.run(["pgrep", "-f", "-P", str(server.pid), "stub"],

@@ -466,7 +466,8 @@ class Model:
         else:
             message = waited_message(self.name, nbytes, SHM_WAIT_S)
         self._log.error("%s", message)
-        pending.deliver(self._error(pending, ServerError(ErrorCode.UNAVAILABLE, message)))
+        pending.deliver(self._error(pending, ServerError(ErrorCode.RESOURCE_EXHAUSTED,
+                                                         message)))
         return False
 
     def add_control_tensor(self, pending: PendingRequest, name: str, datatype: str,
