@@ -120,7 +120,8 @@ def test_a_request_larger_than_dev_shm_fails_naming_its_size_and_the_server_serv
             _identity(client, np.zeros(20 * MIB, dtype=np.uint8))
         message = str(info.value)
         assert str(20 * MIB) in message and "docker --shm-size" in message, message
-        assert re.search(r"/dev/shm holds in all \(\d+ bytes\)", message), message
+        assert re.search(r"/dev/shm holds \d+ bytes in all", message), message
+        assert info.value.status() == "507"
         small = np.arange(1000, dtype=np.uint8)
         assert np.array_equal(_identity(client, small), small)
         client.close()

@@ -50,14 +50,14 @@ def shm_capacity() -> int:
 
 def too_large_message(model: str, nbytes: int, capacity: int) -> str:
     """Why a request that can never fit fails: its size and what to change."""
-    return (f"request for model '{model}' needs {nbytes} bytes of shared memory for its "
-            f"inputs, more than /dev/shm holds in all ({capacity} bytes): raise the size "
-            f"of /dev/shm (e.g. docker --shm-size)")
+    return (f"cannot allocate {nbytes} bytes of shared memory for the inputs of a request "
+            f"for model '{model}': /dev/shm holds {capacity} bytes in all; raise its size "
+            f"(e.g. docker --shm-size)")
 
 
 def waited_message(model: str, nbytes: int, waited_s: float) -> str:
-    return (f"request for model '{model}' could not get {nbytes} bytes of shared memory "
-            f"for its inputs within {waited_s:.0f} s: /dev/shm is full (raise its size, "
+    return (f"cannot allocate {nbytes} bytes of shared memory for the inputs of a request "
+            f"for model '{model}' within {waited_s:.0f} s: /dev/shm is full (raise its size, "
             f"e.g. docker --shm-size, or lower the pools' sizes, {SIZE_OPTIONS})")
 
 
