@@ -119,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-file", default="", help="append the log to this file instead of stderr")
     add("--strict-readiness", type=_bool, default=True)
     add("--backend-config", action="append", default=[],
-        help="<backend>,<setting>=<value>: python,default-max-batch-size=N is used; "
+        help="<backend>,<setting>=<value>: python,default-max-batch-size=N, "
+             "python,shm-default-byte-size=N (each pool's first region, default 1 MiB) and "
+             "python,shm-growth-byte-size=N (what a pool grows by, default 1 MiB) are used; "
              "other settings are accepted and ignored")
     add("--disable-auto-complete-config", action="store_true")
     add("--strict-model-config", type=_bool, default=None,

@@ -26,8 +26,9 @@ IGNORED = (
 )
 IGNORED_REPEATABLE = ("metrics-config", "cache-config", "rate-limit-resource", "host-policy",
                       "model-load-gpu-limit")
-# The one --backend-config setting pbserve reads (config_sources.py)
-USED_BACKEND_CONFIG = {("python", "default-max-batch-size")}
+# The --backend-config settings pbserve reads (config_sources.py)
+USED_BACKEND_CONFIG = {("python", "default-max-batch-size"), ("python", "shm-default-byte-size"),
+                       ("python", "shm-growth-byte-size")}
 
 
 def add_ignored_flags(parser: argparse.ArgumentParser) -> None:

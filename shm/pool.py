@@ -6,21 +6,28 @@ allocator state is shared between processes and no cross-process lock is needed.
 
 Blocks come in size classes (powers of two up to 256 KiB, then multiples of 64 KiB) with
 a free list per class, so a buffer of the same size is reused, already faulted in:
-repeated 64 MiB requests cost a memcpy, not page faults. Regions are kept until the pool
-closes (as Triton's pool, it never shrinks).
+repeated 64 MiB requests cost a memcpy, not page faults.
+
+The pool starts with one region of `default_size` and grows by `growth_size` (Triton's
+`shm-default-byte-size`, `shm-growth-byte-size`); a block larger than the growth size
+gets a region of its own. `trim` gives back regions that hold no live block and had no
+allocation since the previous `trim` (so a pool used steadily keeps its faulted-in
+regions), keeping up to `default_size`; `trim(force=True)`, under pressure, gives back
+every empty region. Region names are never reused, so a mapping another process keeps
+cached can never stand for a newer region; the owner tells the others to drop theirs.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 from shm.client_region import ClientWindow, is_client_token
 from shm.region import Region, ShmExhausted
 
 MIB = 1 << 20
-DEFAULT_SIZE = 4 * MIB
-DEFAULT_GROWTH = 4 * MIB
+DEFAULT_SIZE = 1 * MIB  # Triton's shm-default-byte-size
+DEFAULT_GROWTH = 1 * MIB  # Triton's shm-growth-byte-size
 _MIN_CLASS = 64
 _POW2_LIMIT = 256 * 1024
 _LARGE_STEP = 64 * 1024
@@ -44,20 +51,37 @@ class Block(NamedTuple):
     nbytes: int
 
 
+class ShmSizes(NamedTuple):
+    """A pool's first region and the size it grows by."""
+
+    default: int = DEFAULT_SIZE
+    growth: int = DEFAULT_GROWTH
+
+
 class Pool:
-    """Allocator over regions named `<prefix>-p<index>`; thread-safe."""
+    """Allocator over regions named `<prefix>-p<serial>`; thread-safe.
+
+    `on_pressure(attempt)`, when given, is called (outside the pool's lock) when /dev/shm
+    is full; it may free memory (trim this pool, ask others to) and says whether to try
+    again (`attempt` counts from 1).
+    """
 
     def __init__(self, prefix: str, default_size: int = DEFAULT_SIZE,
-                 growth_size: int = DEFAULT_GROWTH, max_bytes: int | None = None) -> None:
+                 growth_size: int = DEFAULT_GROWTH, max_bytes: int | None = None,
+                 on_pressure: Callable[[int], bool] | None = None) -> None:
         self.prefix = prefix
         self.default_size = default_size
         self.growth_size = growth_size
         self.max_bytes = max_bytes
+        self.on_pressure = on_pressure
         self._regions: dict[str, Region] = {}
+        self._serial = 0
         self._current: Region | None = None
         self._bump = 0
         self._free: dict[int, list[tuple[str, int]]] = {}
         self._live: dict[tuple[str, int], int] = {}
+        self._epoch = 0  # trim() calls so far
+        self._used_in: dict[str, int] = {}  # region -> the epoch of its last allocation
         self._lock = threading.Lock()
 
     @property
@@ -72,12 +96,25 @@ class Pool:
         return self._regions[name]
 
     def alloc(self, nbytes: int) -> Block:
-        """A block of at least `nbytes`; grows the pool by a region when needed."""
+        """A block of at least `nbytes`; grows the pool by a region when needed. When
+        /dev/shm is full, `on_pressure` runs and the allocation is tried again while it
+        says so."""
+        attempt = 0
+        while True:
+            try:
+                return self._alloc(nbytes)
+            except ShmExhausted:
+                attempt += 1
+                if self.on_pressure is None or not self.on_pressure(attempt):
+                    raise
+
+    def _alloc(self, nbytes: int) -> Block:
         cls = size_class(nbytes)
         with self._lock:
             free = self._free.get(cls)
             key = free.pop() if free else self._carve(cls)
             self._live[key] = cls
+            self._used_in[key[0]] = self._epoch
         return Block(key[0], key[1], nbytes)
 
     def view(self, block: Block) -> memoryview:
@@ -107,24 +144,57 @@ class Pool:
 
     def _carve(self, cls: int) -> tuple[str, int]:
         region = self._current
-        if region is None or self._bump + cls > region.size:
-            region = self._grow(cls)
-        offset = self._bump
-        self._bump += cls
-        return region.name, offset
-
-    def _grow(self, at_least: int) -> Region:
+        if region is not None and self._bump + cls <= region.size:
+            offset = self._bump
+            self._bump += cls
+            return region.name, offset
         base = self.default_size if not self._regions else self.growth_size
-        size = max(base, at_least)
+        if cls > base:  # a region of its own: the current one goes on serving small blocks
+            return self._new_region(cls).name, 0
+        region = self._new_region(base)
+        self._current, self._bump = region, cls
+        return region.name, 0
+
+    def _new_region(self, size: int) -> Region:
         if self.max_bytes is not None and self.total_bytes + size > self.max_bytes:
             raise ShmExhausted(
                 f"shared-memory pool {self.prefix} cannot grow by {size} bytes: it holds "
                 f"{self.total_bytes} of its limit of {self.max_bytes} bytes")
-        name = f"{self.prefix}-p{len(self._regions)}"
+        name = f"{self.prefix}-p{self._serial}"
         region = Region.create(name, size)
+        self._serial += 1
         self._regions[name] = region
-        self._current, self._bump = region, 0
         return region
+
+    def trim(self, force: bool = False) -> list[str]:
+        """Unlink and unmap regions that hold no live block: those not allocated from
+        since the previous call, beyond `default_size` bytes of them kept (`force`: every
+        empty one). Their names, for the processes that mapped them to drop."""
+        with self._lock:
+            self._epoch += 1
+            busy = {region for region, _ in self._live}
+            keep = 0 if force else self.default_size
+            gone = []
+            for name, region in list(self._regions.items()):
+                if name in busy:
+                    continue
+                if not force and self._used_in.get(name, -1) >= self._epoch - 1:
+                    continue
+                if region.size <= keep and region is self._current:
+                    keep -= region.size
+                    continue
+                gone.append(name)
+                del self._regions[name]
+                self._used_in.pop(name, None)
+                if region is self._current:
+                    self._current = None
+                region.unlink()
+                region.close()
+            if gone:
+                dropped = set(gone)
+                for cls, free in self._free.items():
+                    self._free[cls] = [key for key in free if key[0] not in dropped]
+        return gone
 
     def close(self) -> None:
         """Unlink and unmap every region."""
@@ -164,6 +234,14 @@ class RegionMap:
         with self._lock:
             self._regions[window.name] = window
 
+    def drop(self, names: Iterable[str]) -> None:
+        """Unmap these regions (their owner gave them back)."""
+        with self._lock:
+            for name in names:
+                mapped = self._regions.pop(name, None)
+                if mapped is not None:
+                    mapped.close()
+
     def forget(self, prefix: str) -> None:
         """Drop the mappings of regions whose name starts with `prefix` (a dead stub's,
         or an unregistered client window's token)."""
@@ -178,4 +256,4 @@ class RegionMap:
             self._regions.clear()
 
 
-__all__ = ["Block", "Pool", "RegionMap", "ShmExhausted", "size_class"]
+__all__ = ["Block", "Pool", "RegionMap", "ShmExhausted", "ShmSizes", "size_class"]

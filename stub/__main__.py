@@ -15,12 +15,16 @@ ignore_shutdown_signals()
 
 
 def main() -> None:
+    from shm.pool import DEFAULT_GROWTH, DEFAULT_SIZE, ShmSizes
+
     parser = argparse.ArgumentParser(prog="python -m stub")
     parser.add_argument("--prefix", required=True, help="shm name prefix given by the parent")
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--name", required=True, help="instance name, e.g. add_sub_0_0")
     parser.add_argument("--doorbell-fd", type=int, default=-1,
                         help="inherited eventfd to ring after each message to the parent")
+    parser.add_argument("--shm-default-byte-size", type=int, default=DEFAULT_SIZE)
+    parser.add_argument("--shm-growth-byte-size", type=int, default=DEFAULT_GROWTH)
     args = parser.parse_args()
     # A model sees no arguments, as in Triton's embedded interpreter: its own argparse or
     # unittest.main() must not read (and exit on) the stub's.
@@ -28,7 +32,8 @@ def main() -> None:
     die_with_parent(args.parent_pid)
     from stub.stub import Stub
 
-    Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd).run()
+    sizes = ShmSizes(args.shm_default_byte_size, args.shm_growth_byte_size)
+    Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd, sizes).run()
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ FORGET_REGION = 10  # control queue: (FORGET_REGION, token): a client region was
 IS_READY = 11     # control queue: (IS_READY,): run the model's `is_ready()`, answer READINESS
 LOG_SETTINGS = 20  # (LOG_SETTINGS, verbose_level, info, warning, error): main queue at
 #   start, control queue on a change (stub/log_levels.py)
+FORGET_REGIONS = 12  # control queue: (FORGET_REGIONS, names): regions of the parent's or
+#   another stub's pool that their owner gave back (Pool.trim); unmap them if mapped
+TRIM = 13         # control queue: (TRIM,): /dev/shm is short; give back every empty region
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
@@ -62,6 +65,8 @@ CALL_CANCEL = 110  # (CALL_CANCEL, call_id): the stub no longer wants a streamed
 BLS_RELEASE = 111  # (BLS_RELEASE, token): the outputs of a BLS response are no longer used
 NOTIFY = 112      # (NOTIFY, op, args): a CALL that wants no answer (metric deletes)
 READINESS = 113   # (READINESS, error: str | None, ready: bool): what `is_ready()` said
+REGIONS_GONE = 114  # (REGIONS_GONE, names): this stub gave these pool regions back
+SHM_PRESSURE = 115  # (SHM_PRESSURE,): this stub found /dev/shm full; the others should trim
 
 # RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
 #               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc],

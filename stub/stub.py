@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import threading
+import time
 import traceback
 
 import backend_utils
@@ -25,7 +26,7 @@ from backend_utils.constants import (
 from backend_utils.error import TritonError
 from backend_utils.request import InferenceRequest
 from shm.doorbell import ring
-from shm.pool import Pool, RegionMap
+from shm.pool import Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
 from stub.async_loop import AsyncLoopThread
@@ -42,6 +43,8 @@ from stub.runtime import StubRuntime
 from stub.tensors import input_tensors
 
 PARENT_CHECK_S = 0.5
+PRESSURE_PAUSE_S = 0.05  # /dev/shm full: how long the others get to give memory back
+SHM_WAIT_S = 10.0  # ... and how long an allocation waits for memory in all
 CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
 
 LOG_ERROR = 2
@@ -54,13 +57,14 @@ def queue_names(prefix: str) -> tuple[str, str, str]:
 
 class Stub:
     def __init__(self, prefix: str, parent_pid: int, instance_name: str,
-                 doorbell_fd: int = -1) -> None:
+                 doorbell_fd: int = -1, sizes: ShmSizes = ShmSizes()) -> None:
         main, control, up = queue_names(prefix)
         self.main_q = MessageQueue.attach(main)
         self.control_q = MessageQueue.attach(control)
         self.up_q = MessageQueue.attach(up)
         self.doorbell_fd = doorbell_fd  # rung after each put (shm/doorbell.py); -1: none
-        self.pool = Pool(prefix + "-s")
+        self.pool = Pool(prefix + "-s", sizes.default, sizes.growth,
+                         on_pressure=self._relieve_pressure)
         self.regions = RegionMap()
         self.parent_pid = parent_pid
         self.instance_name = instance_name
@@ -111,6 +115,7 @@ class Stub:
                 if raw is None:
                     if not self.parent_alive():
                         return
+                    self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
                     continue
                 if not raw:
                     continue
@@ -153,6 +158,28 @@ class Stub:
                                  daemon=True).start()
             elif kind == p.LOG_SETTINGS:
                 self.log_levels.update(*message[1:])
+            elif kind == p.FORGET_REGIONS:
+                self.regions.drop(message[1])
+            elif kind == p.TRIM:
+                self._trim(True)
+
+    def _trim(self, force: bool) -> None:
+        """Give back the pool's idle regions (every empty one with `force`); the parent
+        unmaps them and tells the other stubs."""
+        names = self.pool.trim(force)
+        if names:
+            self.send((p.REGIONS_GONE, tuple(names)))
+
+    def _relieve_pressure(self, attempt: int) -> bool:
+        """/dev/shm is full while this stub allocates (Pool.on_pressure): give back what
+        it can, ask the others to, and give them a moment; the allocation waits so for
+        the requests in flight elsewhere to give memory back, SHM_WAIT_S at most."""
+        if attempt * PRESSURE_PAUSE_S > SHM_WAIT_S or not self._running:
+            return False
+        self._trim(True)
+        self.send((p.SHM_PRESSURE,))
+        time.sleep(PRESSURE_PAUSE_S)
+        return True
 
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:

@@ -117,13 +117,13 @@ def test_ignored_flags_are_accepted_and_named_in_a_warning(tmp_path):
     log = tmp_path / "log"
     args = ["--pinned-memory-pool-byte-size", "0", "--backend-directory", "/opt/x",
             "--rate-limit-resource", "R1:10", "--rate-limit-resource", "R2:5",
-            "--backend-config", "python,shm-default-byte-size=1048576",
+            "--backend-config", "python,shm-region-prefix-name=mine",
             "--backend-config", "python,default-max-batch-size=4"]
     with running_server(_repo(tmp_path, "log_probe"), args=args, log_path=log) as server:
         text = server.log_text()
     for flag in ("--pinned-memory-pool-byte-size", "--backend-directory",
                  "--rate-limit-resource"):
         assert f"{flag} is accepted for compatibility with tritonserver and ignored" in text
-    assert "--backend-config python,shm-default-byte-size=1048576 is ignored" in text
+    assert "--backend-config python,shm-region-prefix-name=mine is ignored" in text
     assert "default-max-batch-size" not in text  # used, so no warning
     assert "--model-load-thread-count" not in IGNORED

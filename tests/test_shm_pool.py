@@ -248,3 +248,65 @@ def test_region_map_rejects_out_of_range_blocks_and_forgets_by_prefix(make_pool)
         assert bytes(regions.view(block.region, block.offset, 2)) == b"hi"  # re-attached
     finally:
         regions.close()
+
+
+def test_a_block_larger_than_the_growth_step_leaves_the_current_region_serving(make_pool):
+    pool = make_pool(default_size=64 * KIB, growth_size=64 * KIB)
+    small = pool.alloc(1 * KIB)
+    big = pool.alloc(512 * KIB)
+    after = pool.alloc(1 * KIB)
+    assert big.region != small.region and pool.region(big.region).size == 512 * KIB
+    assert after.region == small.region and after.offset == small.offset + KIB
+
+
+def test_trim_gives_back_regions_idle_since_the_last_trim_and_keeps_the_current(make_pool):
+    pool = make_pool(default_size=64 * KIB, growth_size=64 * KIB)
+    small = pool.alloc(1 * KIB)
+    big = pool.alloc(512 * KIB)
+    pool.free(big.region, big.offset)
+    assert pool.trim() == []  # allocated from since the previous trim: kept
+    assert pool.trim() == [big.region]
+    assert pool.total_bytes == 64 * KIB
+    assert not os.path.exists(os.path.join(SHM_DIR, big.region.lstrip("/")))
+    pool.free(small.region, small.offset)
+    pool.trim()
+    assert pool.trim() == [] and pool.total_bytes == 64 * KIB  # the current region stays
+    again = pool.alloc(512 * KIB)  # a new name: another process's cached mapping of the
+    assert again.region != big.region  # old region never stands for it
+
+
+def test_trim_keeps_regions_with_live_blocks_and_force_gives_back_every_empty_one(make_pool):
+    pool = make_pool(default_size=64 * KIB, growth_size=64 * KIB)
+    small = pool.alloc(1 * KIB)
+    held = pool.alloc(512 * KIB)
+    freed = pool.alloc(512 * KIB)
+    pool.free(freed.region, freed.offset)
+    pool.free(small.region, small.offset)
+    assert sorted(pool.trim(force=True)) == sorted([small.region, freed.region])
+    assert pool.total_bytes == 512 * KIB
+    assert pool.view(held).nbytes == 512 * KIB
+    block = pool.alloc(512 * KIB)  # the free list lost the trimmed block
+    assert block.region not in (freed.region, held.region)
+
+
+def test_exhaustion_calls_on_pressure_and_retries_while_it_says_so(make_pool):
+    calls = []
+    pool = make_pool(default_size=64 * KIB, growth_size=64 * KIB, max_bytes=128 * KIB)
+    a = pool.alloc(64 * KIB)
+    pool.alloc(64 * KIB)
+
+    def relieve(attempt: int) -> bool:
+        calls.append(attempt)
+        if attempt == 2:  # memory comes back only at the second try
+            pool.free(a.region, a.offset)
+            pool.trim(force=True)
+        return True
+
+    pool.on_pressure = relieve
+    assert pool.alloc(64 * KIB).nbytes == 64 * KIB
+    assert calls == [1, 2]
+    calls.clear()
+    pool.on_pressure = lambda attempt: calls.append(attempt) or attempt < 3
+    with pytest.raises(ShmExhausted):
+        pool.alloc(64 * KIB)
+    assert calls == [1, 2, 3]

@@ -14,12 +14,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.backend.model_config import config_from_json, read_model_config
 from pbserve.errors import invalid_arg
+from shm.pool import DEFAULT_GROWTH, DEFAULT_SIZE, ShmSizes
 
 
 class ConfigSources:
     def __init__(self, defaults: mc.ModelConfig | None = None,
-                 default_max_batch_size: int | None = None) -> None:
+                 default_max_batch_size: int | None = None,
+                 shm_sizes: ShmSizes = ShmSizes()) -> None:
         self.defaults = defaults or mc.ModelConfig()
+        self.shm_sizes = shm_sizes  # the pools' (parent's and stubs'), as Triton's
         if default_max_batch_size is not None and not self.defaults.max_batch_size:
             self.defaults.max_batch_size = default_max_batch_size
 
@@ -34,7 +37,9 @@ class ConfigSources:
                 raise invalid_arg(f"--model-config-defaults {defaults_path}: {err}") from None
         settings = parse_backend_config(backend_config).get("python", {})
         batch = settings.get("default-max-batch-size")
-        return cls(defaults, int(batch) if batch is not None else None)
+        sizes = ShmSizes(_byte_size(settings, "shm-default-byte-size", DEFAULT_SIZE),
+                         _byte_size(settings, "shm-growth-byte-size", DEFAULT_GROWTH))
+        return cls(defaults, int(batch) if batch is not None else None, sizes)
 
     def config(self, model_dir: Path, override_json: str | None = None) -> mc.ModelConfig:
         """Rows 1, 2 and 4 of the table (auto-complete comes later, in the stub)."""
@@ -45,6 +50,17 @@ class ConfigSources:
             merged.ClearField(field.name)
         merged.MergeFrom(own)
         return merged
+
+
+def _byte_size(settings: dict[str, str], key: str, default: int) -> int:
+    """A positive byte count from `python,<key>=N`."""
+    text = settings.get(key)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) <= 0:
+        raise invalid_arg(f"--backend-config=python,{key}: expected a positive number of "
+                          f"bytes, got '{text}'")
+    return int(text)
 
 
 def parse_backend_config(settings: list[str]) -> dict[str, dict[str, str]]:

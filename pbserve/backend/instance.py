@@ -20,7 +20,8 @@ from pbserve.backend.types import InferResponse, ShmRef, TensorData
 from pbserve.backend.user_readiness import UserReadiness
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.client_region import is_client_token
-from shm.pool import RegionMap
+from pbserve.backend.shm_upkeep import ShmUpkeep
+from shm.pool import RegionMap, ShmSizes
 from stub import protocol as p
 
 log = logging.getLogger("pbserve.backend")
@@ -76,7 +77,8 @@ class ModelInstance:
                  python: str | None = None, refs: BlockRefs | None = None,
                  running: RunningInstances | None = None,
                  on_down: Callable[["ModelInstance", str, bool], None] | None = None,
-                 on_up: Callable[["ModelInstance"], None] | None = None) -> None:
+                 on_up: Callable[["ModelInstance"], None] | None = None,
+                 upkeep: ShmUpkeep | None = None) -> None:
         """`on_down(self, cause, restart_failed)`: the stub died, or starting a new one
         failed; `on_up(self)`: a restarted stub is ready."""
         self.model_name = model_name
@@ -94,6 +96,7 @@ class ModelInstance:
         self._refs = refs  # the parent's blocks: an output may name one (lent input)
         self._python = python  # the stub's interpreter (EXECUTION_ENV_PATH), None: ours
         self._regions = regions
+        self._upkeep = upkeep  # shm given back (shm_upkeep.py)
         self._on_idle = on_idle
         self._on_reschedule: Callable[[PendingRequest], None] | None = None
         self._on_requeue: Callable[[list[PendingRequest]], None] | None = None
@@ -176,7 +179,8 @@ class ModelInstance:
         """Start the stub process and wait for its handshake (no model code runs yet)."""
         self.state = InstanceState.STARTING
         self._stub = StubProcess(self.name, self._loop, self._on_messages, self._on_exit,
-                                 python=self._python)
+                                 python=self._python,
+                                 sizes=self._upkeep.sizes if self._upkeep else ShmSizes())
         try:
             await self._expect(p.READY, "start")
         except BaseException:
@@ -392,6 +396,10 @@ class ModelInstance:
         """A client region was unregistered: the stub drops its mapping, if it has one."""
         self._send_control((p.FORGET_REGION, token))
 
+    def send_control(self, message: tuple) -> None:
+        """A message on the stub's control queue, if the stub is alive."""
+        self._send_control(message)
+
     def _send_control(self, message: tuple) -> None:
         if self._stub is not None and self._stub.alive():
             self._stub.send_control(message)
@@ -421,6 +429,14 @@ class ModelInstance:
                 self._calls.cancel(self, message[1])
             elif kind == p.NOTIFY:
                 self._calls.notify(self, message[1], message[2])
+            elif kind == p.REGIONS_GONE:
+                if self._upkeep is not None:
+                    self._upkeep.regions_gone(self, message[1])
+                else:
+                    self._regions.drop(message[1])
+            elif kind == p.SHM_PRESSURE:
+                if self._upkeep is not None:
+                    self._upkeep.relieve()
             elif kind == p.READINESS:
                 self.readiness.answered(message[1], message[2])
             elif self._waiter is not None and not self._waiter.done():

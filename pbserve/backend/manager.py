@@ -13,7 +13,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 from pbserve import __version__
 from pbserve.backend import metrics
@@ -23,7 +23,8 @@ from pbserve.backend.config_sources import ConfigSources
 from pbserve.backend.file_override import (
     remove_override, sweep_dead_overrides, write_override)
 from pbserve.backend.gpus import visible_gpus
-from pbserve.backend.instance import RunningInstances
+from pbserve.backend.instance import ModelInstance, RunningInstances
+from pbserve.backend.shm_upkeep import ShmUpkeep
 from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import (
@@ -94,6 +95,8 @@ class ModelManager:
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
+        self._upkeep = ShmUpkeep(self.config_sources.shm_sizes, self._regions,
+                                 self._all_instances)
         self._calls = StubCalls(self.model, self._regions.view, self)
         self._running = RunningInstances()  # decides whether a reply is awaited spinning
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
@@ -108,8 +111,10 @@ class ModelManager:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
         for directory in sweep_dead_overrides():
             log.info("removed %s, model files a dead server was loaded from", directory)
-        self._pool = Pool(new_prefix() + "-parent")
+        sizes = self.config_sources.shm_sizes
+        self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)
+        self._upkeep.start(self._pool)
         self._live = True
         names = self._startup_names()
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
@@ -154,6 +159,7 @@ class ModelManager:
         await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
                              return_exceptions=True)
         self.shared_memory.close()
+        self._upkeep.stop()
         if self._pool is not None:
             self._pool.close()
         self._regions.close()
@@ -259,6 +265,11 @@ class ModelManager:
                 yield response
         finally:
             request.release_shm()
+
+    def _all_instances(self) -> Iterator[ModelInstance]:
+        for entry in self._entries.values():
+            for model in entry.versions.values():
+                yield from model.instances
 
     def _forget_client_window(self, token: str) -> None:
         """A client region was unregistered: every stub drops its mapping of it."""
@@ -381,7 +392,7 @@ class ModelManager:
         loaded: dict[str, Model] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
-                          self._calls, self._running, self.restart_wait_s)
+                          self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

@@ -27,19 +27,26 @@ from pbserve.backend.validation import RequestValidator
 from pbserve.backend.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.block_refs import BlockRefs
+from pbserve.backend.shm_upkeep import (
+    SHM_WAIT_S, ShmUpkeep, shm_capacity, too_large_message, waited_message)
+from shm.region import ShmExhausted
 from shm.pool import Block, RegionMap
 from tritonclient.grpc import model_config_pb2 as mc
 
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
               mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
 _keys = itertools.count(1)
+# A request waits in a busy stub's queue (ModelInstance.can_queue_another) only with inputs
+# up to this size: there they hold shm that a running request may need for its outputs.
+AHEAD_MAX_BYTES = 1 << 20
 
 
 class Model:
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
                  refs: BlockRefs, regions: RegionMap, calls: StubCalls,
                  running: RunningInstances | None = None,
-                 restart_wait_s: float = RESTART_WAIT_S) -> None:
+                 restart_wait_s: float = RESTART_WAIT_S,
+                 upkeep: ShmUpkeep | None = None) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -50,6 +57,8 @@ class Model:
         self._regions = regions
         self._calls = calls
         self._running = running or RunningInstances()
+        self._upkeep = upkeep
+        self._stages = False  # whether requests are queued with their inputs out of shm
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._validator: RequestValidator | None = None
         self._output_names: tuple[str, ...] = ()  # the config's, for requests naming none
@@ -144,7 +153,7 @@ class Model:
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
                     model_log=self._log, calls=self._calls, python=self._python,
                     refs=self._refs, running=self._running, on_down=self._instance_down,
-                    on_up=self._instance_up))
+                    on_up=self._instance_up, upkeep=self._upkeep))
         self.scheduler.instances = self.instances
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
@@ -164,10 +173,13 @@ class Model:
 
     def _new_scheduler(self, cfg: mc.ModelConfig) -> Scheduler | SequenceBatcher:
         """Triton's choice: the sequence batcher when configured, else the dynamic
-        batcher or the default scheduler."""
+        batcher or the default scheduler. Only the latter's requests wait with their
+        inputs out of shm (the sequence batcher edits the message it queues)."""
         if cfg.HasField("sequence_batching"):
+            self._stages = False
             return SequenceBatcher(cfg, self.add_control_tensor)
-        return Scheduler(cfg)
+        self._stages = True
+        return Scheduler(cfg, self._stage)
 
     def retire(self) -> None:
         """Unloading or shutting down: no instance is restarted from now on."""
@@ -316,8 +328,22 @@ class Model:
         output_shm = None
         if request.output_shm:
             output_shm = self._output_shm(request)
+        staged = True
         if descs is None:
-            descs, blocks = self._copy_inputs(request, batch_size)
+            # A request an idle instance takes at once is copied now, as always; one that
+            # will wait (or that /dev/shm cannot take now) is copied when dispatched.
+            if self._stages and not self.scheduler.takes_now() \
+                    and any([t.shm is None for t in request.inputs]):
+                staged = False
+            else:
+                try:
+                    descs, blocks = self._copy_inputs(request, batch_size)
+                except ShmExhausted:
+                    if not self._stages:
+                        raise
+                    staged = False
+            if not staged:
+                descs, blocks = (), []  # _stage copies them
         else:
             descs = tuple((d[0], d[1], self._validator.model_shape(t, batch_size), *d[3:])
                           for d, t in zip(descs, request.inputs))
@@ -333,8 +359,10 @@ class Model:
             self._refs.is_held((d[3], d[4])) for d in descs)
         msg = (key, request.id, request.correlation_id, request.flags, params,
                request.timeout_us, requested, descs, lendable, output_shm)
-        pending = PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
-                                 streaming)
+        pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
+                                 self._free_blocks, streaming)
+        if not staged:
+            pending.unstaged = msg
         # The request's client regions are held until it completes (shared_memory.py).
         pending.on_complete, request._shm_release = request._shm_release, None
         self.stats.pending += 1
@@ -401,6 +429,47 @@ class Model:
             raise
         return tuple(descs), blocks
 
+    def _stage(self, pending: PendingRequest, ahead: bool = False) -> bool:
+        """Copy a request's inputs into the parent's pool as it goes to an instance (the
+        default scheduler's requests wait for one with their inputs in process memory,
+        so a queue never holds /dev/shm). False when it cannot go now: /dev/shm is full
+        (it waits, and is tried again), the request can never fit (it failed), or
+        (`ahead`: to wait in a busy stub's queue) it is larger than AHEAD_MAX_BYTES."""
+        msg = pending.unstaged
+        assert msg is not None
+        if ahead and _input_bytes(pending.request) > AHEAD_MAX_BYTES:
+            return False
+        try:
+            descs, blocks = self._copy_inputs(pending.request, pending.batch_size)
+        except ShmExhausted:
+            return self._shm_short(pending)
+        lendable = not self.decoupled and bool(descs) and all(
+            self._refs.is_held((d[3], d[4])) for d in descs)
+        pending.inputs = (*msg[:7], descs, lendable, msg[9])
+        pending.blocks.extend(blocks)
+        pending.unstaged = None
+        return True
+
+    def _shm_short(self, pending: PendingRequest) -> bool:
+        """/dev/shm could not take the request's inputs: it waits for memory the requests
+        in flight give back, unless it is larger than /dev/shm or waited SHM_WAIT_S."""
+        nbytes = _input_bytes(pending.request)
+        capacity = shm_capacity()
+        now = asyncio.get_running_loop().time()
+        if capacity and nbytes > capacity:
+            message = too_large_message(self.name, nbytes, capacity)
+        elif not pending.shm_wait_since:
+            pending.shm_wait_since = now
+            return False
+        elif now - pending.shm_wait_since < SHM_WAIT_S:
+            return False
+        else:
+            message = waited_message(self.name, nbytes, SHM_WAIT_S)
+        self._log.error("%s", message)
+        pending.deliver(self._error(pending, ServerError(ErrorCode.RESOURCE_EXHAUSTED,
+                                                         message)))
+        return False
+
     def add_control_tensor(self, pending: PendingRequest, name: str, datatype: str,
                            shape: tuple[int, ...], data: bytes) -> tuple:
         """A tensor the scheduler adds to a request (sequence controls), in the parent's
@@ -446,6 +515,11 @@ class Model:
 
     def _error(self, pending: PendingRequest, error: ServerError) -> InferResponse:
         return InferResponse(self.name, self.version, pending.request.id, error=error)
+
+
+def _input_bytes(request: InferRequest) -> int:
+    """The bytes of a request's inputs that go into the parent's pool."""
+    return sum([memoryview(t.data).nbytes for t in request.inputs if t.shm is None])
 
 
 def _failure_reason(pending: PendingRequest, error: ServerError) -> str:

@@ -14,12 +14,15 @@ class PendingRequest:
     """What the parent keeps for a request between its arrival and its final response.
 
     It holds a reference to each of its input blocks in the parent's pool until it
-    completes (a response naming one holds its own, block_refs.py). Responses go to
+    completes (a response naming one holds its own, block_refs.py); a request the
+    default scheduler queues keeps its inputs in process memory until it is dispatched
+    (`unstaged`, model.py's `_stage`). Responses go to
     `deliver`, which a unary caller reads through `future` and a streaming caller
     through `stream`.
     """
 
-    __slots__ = ("key", "request", "inputs", "blocks", "batch_size", "future", "stream",
+    __slots__ = ("key", "request", "inputs", "unstaged", "shm_wait_since", "blocks",
+                 "batch_size", "future", "stream",
                  "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done",
                  "cancelled", "instance", "on_complete")
 
@@ -28,7 +31,9 @@ class PendingRequest:
                  streaming: bool) -> None:
         self.key = key
         self.request = request
-        self.inputs = inputs
+        self.inputs = inputs  # the request message; None while its inputs wait outside shm
+        self.unstaged: tuple | None = None  # that message without its inputs, until staged
+        self.shm_wait_since = 0.0  # loop time it first found /dev/shm full (0: never)
         self.blocks = blocks
         self.batch_size = batch_size
         loop = asyncio.get_running_loop()

@@ -31,6 +31,7 @@ from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
 
 TIMEOUT_EXPIRED = "Request timeout expired"
+SHM_RETRY_S = 0.005  # /dev/shm was full: dispatching is tried again after this
 QUEUE_FULL = "Exceeds maximum queue size"
 _UNKNOWN_ID = "<id_unknown>"
 
@@ -216,8 +217,17 @@ class _OrderedQueue(asyncio.Queue):
 
 
 class Scheduler:
-    def __init__(self, cfg: mc.ModelConfig) -> None:
+    """`stage(pending, ahead)`: copies the inputs of a request that waited with them in
+    process memory into shm as it is dispatched (Model._stage); False when it cannot go
+    now: /dev/shm is full (the request goes back to the front of the queue, and
+    dispatching pauses SHM_RETRY_S), the request failed, or (`ahead`: to wait in a busy
+    stub's queue) its inputs are too large to hold shm while they wait."""
+
+    def __init__(self, cfg: mc.ModelConfig,
+                 stage: Callable[[PendingRequest, bool], bool] | None = None) -> None:
         self.instances: list[ModelInstance] = []
+        self._stage = stage
+        self._shm_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._batching = cfg.HasField("dynamic_batching")
         db = cfg.dynamic_batching
@@ -258,13 +268,22 @@ class Scheduler:
             # straight to the first idle instance (what queueing then dispatching does).
             for instance in self.instances:
                 if instance.ready:
+                    if pending.inputs is None and not self._stage(pending, False):
+                        break
                     instance.execute([pending])
                     instance.await_reply_briefly()
                     return
-            for instance in self.instances:  # all busy: wait in a stub's queue, if one may
-                if instance.can_queue_another:
-                    instance.execute([pending])
-                    return
+            else:
+                for instance in self.instances:  # all busy: wait in a stub's queue, if one may
+                    if instance.can_queue_another:
+                        if pending.inputs is None and not self._stage(pending, True):
+                            break
+                        instance.execute([pending])
+                        return
+            if pending.done:  # it can never fit in /dev/shm
+                return
+            if pending.shm_wait_since:
+                self._wait_for_shm()
         request = pending.request
         level = self._level_of(request.priority)
         lv = self._levels.get(level)  # not `or`: an empty level is falsy (len 0)
@@ -292,6 +311,15 @@ class Scheduler:
         self._size += 1
         self.dispatch()
 
+    def takes_now(self) -> bool:
+        """Whether `submit` would hand a request to an idle instance at once."""
+        if self._batching or self._size:
+            return False
+        for instance in self.instances:
+            if instance.ready:
+                return True
+        return False
+
     def requeue(self, batch: list[PendingRequest]) -> None:
         """A batch that waited in a dead stub's queue: first in line again."""
         for pending in reversed(batch):
@@ -310,12 +338,17 @@ class Scheduler:
         reject(pending, ErrorCode.INVALID_ARG, RESCHEDULE_UNSUPPORTED)
 
     def dispatch(self) -> None:
+        if self._shm_timer is not None:
+            return  # waiting for /dev/shm: _shm_retry dispatches
         for instance in self.instances:
             if not self._size:
                 return
             if instance.ready:
                 batch = self._take_batch()
                 if batch is None:
+                    return
+                batch = self._staged(batch)
+                if not batch:
                     return
                 if self._ordering is not None:
                     for pending in batch:
@@ -327,7 +360,39 @@ class Scheduler:
             if not self._size:
                 return
             if instance.can_queue_another:
-                instance.execute([self._pop()])
+                batch = self._staged([self._pop()], ahead=True)
+                if not batch:
+                    return
+                instance.execute(batch)
+
+    def _staged(self, batch: list[PendingRequest], ahead: bool = False
+                ) -> list[PendingRequest]:
+        """The requests of `batch` whose inputs are (now) in shm; the others go back to
+        the front of the queue, and if /dev/shm could not take them dispatching waits
+        for memory."""
+        if self._stage is None:
+            return batch
+        ready: list[PendingRequest] = []
+        waiting: list[PendingRequest] = []
+        for pending in batch:
+            if waiting or (pending.inputs is None and not self._stage(pending, ahead)):
+                if not pending.done:
+                    waiting.append(pending)
+                continue
+            ready.append(pending)
+        if waiting:
+            self.requeue(waiting)
+            if waiting[0].shm_wait_since:
+                self._wait_for_shm()
+        return ready
+
+    def _wait_for_shm(self) -> None:
+        if self._shm_timer is None:
+            self._shm_timer = self._loop.call_later(SHM_RETRY_S, self._shm_retry)
+
+    def _shm_retry(self) -> None:
+        self._shm_timer = None
+        self.dispatch()
 
     def remove(self, pending: PendingRequest) -> bool:
         """Take a request out of the queue (cancelled); False if it is not queued."""

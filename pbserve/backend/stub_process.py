@@ -27,6 +27,7 @@ from typing import Callable
 from pbserve.backend.private_dir import UntrustedDirectory, check_private
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
+from shm.pool import ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
 from stub.stub import queue_names
@@ -90,7 +91,7 @@ class StubProcess:
     def __init__(self, instance_name: str, loop: asyncio.AbstractEventLoop,
                  on_messages: Callable[[list[tuple]], None],
                  on_exit: Callable[[int], None], python: str | None = None,
-                 queue_capacity: int = 1 << 20) -> None:
+                 queue_capacity: int = 1 << 20, sizes: ShmSizes = ShmSizes()) -> None:
         self.instance_name = instance_name
         self.prefix = new_prefix()
         self._loop = loop
@@ -108,7 +109,9 @@ class StubProcess:
             self.proc = subprocess.Popen(
                 [python or sys.executable, "-m", "stub", "--prefix", self.prefix,
                  "--parent-pid", str(os.getpid()), "--name", instance_name,
-                 "--doorbell-fd", str(doorbell.fd)],
+                 "--doorbell-fd", str(doorbell.fd),
+                 "--shm-default-byte-size", str(sizes.default),
+                 "--shm-growth-byte-size", str(sizes.growth)],
                 env=stub_environment(), stdin=subprocess.DEVNULL, pass_fds=(doorbell.fd,))
         except BaseException:
             for queue in queues:

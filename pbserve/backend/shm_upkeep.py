@@ -1,0 +1,115 @@
+"""Giving shared memory back: the parent's pool and the stubs' pools shrink when idle, and
+all of them give back every empty region at once when /dev/shm runs short.
+
+A pool region can be given back only when no process maps it any more (the pages of an
+unlinked segment live as long as a mapping does). So the owner that trims (shm/pool.py)
+names the regions it unlinked, and the others drop their mappings:
+- the parent trims its pool every TRIM_INTERVAL_S (regions idle since the last tick) and
+  sends FORGET_REGIONS to every stub;
+- a stub trims its pool when its main queue has been idle PARENT_CHECK_S, and sends
+  REGIONS_GONE; the parent unmaps them and relays FORGET_REGIONS to the other stubs (a
+  BLS caller or callee may have mapped them).
+Under pressure (an allocation found /dev/shm full: `relieve`) the parent trims with
+force and sends TRIM to every stub, at most once per PRESSURE_INTERVAL_S. Used on the
+event loop's thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from shm.names import SHM_DIR
+from shm.pool import Pool, RegionMap, ShmSizes
+from stub import protocol as p
+
+if TYPE_CHECKING:
+    from pbserve.backend.instance import ModelInstance
+
+log = logging.getLogger("pbserve.backend")
+
+TRIM_INTERVAL_S = 1.0
+SHM_WAIT_S = 10.0  # a request waits this long at most for /dev/shm to take its inputs
+PRESSURE_INTERVAL_S = 0.05
+SIZE_OPTIONS = ("--backend-config=python,shm-default-byte-size=N and "
+                "--backend-config=python,shm-growth-byte-size=N")
+
+
+def shm_capacity() -> int:
+    """The size of /dev/shm in bytes (0 if unknown)."""
+    try:
+        stat = os.statvfs(SHM_DIR)
+    except OSError:
+        return 0
+    return stat.f_blocks * stat.f_frsize
+
+
+def too_large_message(model: str, nbytes: int, capacity: int) -> str:
+    """Why a request that can never fit fails: its size and what to change."""
+    return (f"cannot allocate {nbytes} bytes of shared memory for the inputs of a request "
+            f"for model '{model}': /dev/shm holds {capacity} bytes in all; raise its size "
+            f"(e.g. docker --shm-size)")
+
+
+def waited_message(model: str, nbytes: int, waited_s: float) -> str:
+    return (f"cannot allocate {nbytes} bytes of shared memory for the inputs of a request "
+            f"for model '{model}' within {waited_s:.0f} s: /dev/shm is full (raise its size, "
+            f"e.g. docker --shm-size, or lower the pools' sizes, {SIZE_OPTIONS})")
+
+
+class ShmUpkeep:
+    def __init__(self, sizes: ShmSizes, regions: RegionMap,
+                 instances: Callable[[], Iterable[ModelInstance]]) -> None:
+        self.sizes = sizes
+        self._regions = regions
+        self._instances = instances
+        self._pool: Pool | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._relieved = 0.0
+
+    def start(self, pool: Pool) -> None:
+        self._pool = pool
+        pool.on_pressure = self.relieve
+        self._timer = asyncio.get_running_loop().call_later(TRIM_INTERVAL_S, self._tick)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._pool = None
+
+    def _tick(self) -> None:
+        if self._pool is None:
+            return
+        self._forget(self._pool.trim(), None)
+        self._timer = asyncio.get_running_loop().call_later(TRIM_INTERVAL_S, self._tick)
+
+    def relieve(self, attempt: int = 1) -> bool:
+        """/dev/shm is full: every pool gives back its empty regions now. False: the
+        parent's allocation is not tried again at once (its request waits, scheduler.py)."""
+        now = time.monotonic()
+        if self._pool is None or now - self._relieved < PRESSURE_INTERVAL_S:
+            return False
+        self._relieved = now
+        self._forget(self._pool.trim(force=True), None)
+        for instance in self._instances():
+            instance.send_control((p.TRIM,))
+        return False
+
+    def regions_gone(self, source: ModelInstance, names: tuple[str, ...]) -> None:
+        """A stub gave these regions back: unmap them here and in the other stubs."""
+        self._forget(names, source)
+
+    def _forget(self, names: Iterable[str], source: ModelInstance | None) -> None:
+        names = tuple(names)
+        if not names:
+            return
+        self._regions.drop(names)
+        for instance in self._instances():
+            if instance is not source:
+                instance.send_control((p.FORGET_REGIONS, names))
+        log.debug("gave back shared-memory regions %s", ", ".join(names))
