@@ -1,4 +1,4 @@
-"""The gRPC ModelInfer codec in the parent, before and after grpc_wire.py, per request.
+"""The gRPC ModelInfer codec in the parent, before and after server/grpc/wire.py, per request.
 
     flock -x /tmp/pbserve-cpu.lock python bench/grpc_codec.py
 
@@ -15,12 +15,12 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from pbserve.backend.types import InferResponse, TensorData
-from pbserve.server.grpc_codec import (
+from pbserve.server.grpc.codec import (
     decode_infer_request,
     encode_infer_response,
     encode_infer_response_bytes,
 )
-from pbserve.server.grpc_wire import parse_infer_request
+from pbserve.server.grpc.wire import parse_infer_request
 
 
 def body_of(elements: int) -> bytes:

@@ -18,7 +18,7 @@ from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.backend.tracing import TRACER
 from pbserve.ignored_flags import add_ignored_flags, warn_ignored
 from pbserve.trace_flags import add_trace_flags, configure_tracing
-from pbserve.server.grpc_server import start_grpc_server
+from pbserve.server.grpc.server import start_grpc_server
 from pbserve.shutdown import shut_down
 from pbserve.server.http import start_http_server, start_metrics_server
 from pbserve.server.http_limits import (

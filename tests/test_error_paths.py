@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from client_inputs import grpc_input, http_input
 from pbserve.server.error_log import BURST, ErrorLog
-from pbserve.server.grpc_codec import status_message
+from pbserve.server.grpc.codec import status_message
 from pbserve.testing import running_server
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"

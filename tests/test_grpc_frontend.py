@@ -31,9 +31,9 @@ from client_inputs import grpc_input as g_in
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
-from pbserve.server.grpc_server import start_grpc_server
-from pbserve.server.grpc_wire import SPLIT_MIN_BYTES
-from pbserve.server.grpc_wire import varint_bytes as _varint
+from pbserve.server.grpc.server import start_grpc_server
+from pbserve.server.grpc.wire import SPLIT_MIN_BYTES
+from pbserve.server.grpc.wire import varint_bytes as _varint
 from shm.pool import RegionMap
 
 TIMEOUT_S = 10.0
@@ -308,7 +308,7 @@ def test_every_dtype_round_trips_bit_exact_through_raw_contents(client):
 
 def test_large_inputs_are_split_off_the_message_and_round_trip(client, server):
     """Requests of SPLIT_MIN_BYTES and more have their raw contents read as slices of the
-    received bytes (grpc_wire.py): every field around them still counts, wherever it is."""
+    received bytes (pbserve/server/grpc/wire.py): every field around them still counts, wherever it is."""
     big = np.arange(SPLIT_MIN_BYTES // 4 + 3, dtype=np.int32).reshape(1, -1)
     other = np.linspace(0, 1, 20000, dtype=np.float64).reshape(1, -1)
     small = np.array([[7, 8, 9]], np.uint8)

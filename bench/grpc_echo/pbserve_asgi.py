@@ -54,7 +54,7 @@ def _methods() -> dict[str, tuple[Any, type[Message]]]:
 
 async def _startup() -> None:
     from pbserve.backend.manager import ModelManager
-    from pbserve.server.grpc_service import InferenceServicer
+    from pbserve.server.grpc.service import InferenceServicer
 
     repo = os.environ.get("PBSERVE_REPO", "/work/shared/perf/anchor_models")
     manager = ModelManager([Path(repo)])

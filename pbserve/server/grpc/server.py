@@ -18,8 +18,8 @@ import logging
 import grpc
 
 from pbserve.backend.api import InferenceCore
-from pbserve.server.grpc_handlers import add_service
-from pbserve.server.grpc_service import InferenceServicer
+from pbserve.server.grpc.handlers import add_service
+from pbserve.server.grpc.service import InferenceServicer
 from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig

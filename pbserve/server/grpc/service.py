@@ -5,9 +5,9 @@ its message; anything unexpected is INTERNAL (and logged). Beyond the KServe v2 
 RPCs and the repository extension:
 * ModelStatistics answers in Triton's shape (the core's figures, or zeros: see
   `http_stats`), as perf_analyzer asks for it;
-* system shared memory (grpc_shm.py); CUDA shared memory lists no regions and
+* system shared memory (grpc/shm.py); CUDA shared memory lists no regions and
   registering one is refused;
-* LogSettings (grpc_logging.py), TraceSetting (grpc_trace.py).
+* LogSettings (grpc/logging.py), TraceSetting (grpc/trace.py).
 """
 
 from __future__ import annotations
@@ -24,16 +24,19 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.model_config import config_from_dict
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
-from pbserve.server import grpc_logging, grpc_shm, grpc_trace, http_stats
+from pbserve.server import http_stats
+from pbserve.server.grpc import logging as grpc_logging
+from pbserve.server.grpc import shm as grpc_shm
+from pbserve.server.grpc import trace as grpc_trace
 from pbserve.server.error_log import ErrorLog
-from pbserve.server.grpc_codec import (
+from pbserve.server.grpc.codec import (
     decode_infer_request,
     encode_infer_response_bytes,
     model_version,
 )
-from pbserve.server.grpc_handlers import abort
-from pbserve.server.grpc_stream import StreamSession
-from pbserve.server.grpc_wire import parse_infer_request
+from pbserve.server.grpc.handlers import abort
+from pbserve.server.grpc.stream import StreamSession
+from pbserve.server.grpc.wire import parse_infer_request
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -74,9 +77,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     # -- inference (the hot path: no helper layers) -------------------------------------
     async def ModelInfer(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        """Bytes in, bytes out (grpc_server.py registers no (de)serializer): see
-        grpc_wire.py. A body protobuf cannot parse is INVALID_ARGUMENT, as for the
-        other RPCs (grpc_handlers.py)."""
+        """Bytes in, bytes out (grpc/server.py registers no (de)serializer): see
+        grpc/wire.py. A body protobuf cannot parse is INVALID_ARGUMENT, as for the
+        other RPCs (grpc/handlers.py)."""
         core = self._core
         try:
             request, raw = parse_infer_request(body)
@@ -210,7 +213,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             await self._fail(context, "RepositoryModelUnload", exc)
         return pb.RepositoryModelUnloadResponse()
 
-    # -- shared-memory extensions (grpc_shm.py) -----------------------------------------
+    # -- shared-memory extensions (grpc/shm.py) -----------------------------------------
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         return await self._answer(context, "SystemSharedMemoryStatus",
                                   lambda: grpc_shm.system_status(self._core, request))
@@ -235,7 +238,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         return await self._answer(context, "CudaSharedMemoryUnregister",
                                   lambda: grpc_shm.cuda_unregister(self._core, request))
 
-    # -- trace (grpc_trace.py), logging (grpc_logging.py) ------------------------------
+    # -- trace (grpc/trace.py), logging (grpc/logging.py) ------------------------------
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         try:
             return await grpc_trace.trace_setting(self._core, request)

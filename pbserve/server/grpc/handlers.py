@@ -5,7 +5,7 @@ grpcio calls a handler's deserializer before the servicer, and a message that do
 parse (random or truncated protobuf) raises there: grpcio then logs a traceback and ends
 the call UNKNOWN. Here a message that does not parse decodes to `Undecodable`; a unary
 call ends INVALID_ARGUMENT before the servicer runs, and the stream's reader ends its call
-with that status (grpc_stream.py). A call to a restricted method without its metadata key
+with that status (grpc/stream.py). A call to a restricted method without its metadata key
 ends UNAVAILABLE before anything else (restrictions.py).
 """
 
@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from pbserve.errors import MalformedRequest, ServerError
 from pbserve.server.error_log import ErrorLog
-from pbserve.server.grpc_codec import status_code, status_message
+from pbserve.server.grpc.codec import status_code, status_message
 from pbserve.server.restrictions import GRPC_CATEGORIES, Restriction, grpc_refusal
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -40,7 +40,7 @@ async def abort(context: grpc.aio.ServicerContext, error: ServerError) -> None:
 
 
 # RPCs registered without a (de)serializer: the servicer parses the bytes itself, reading
-# large tensors in place, and answers bytes (grpc_wire.py).
+# large tensors in place, and answers bytes (grpc/wire.py).
 RAW_METHODS = ("ModelInfer",)
 
 
@@ -83,7 +83,7 @@ def method_handlers(servicer: Any, errors: ErrorLog,
     `restricted`: the groups --grpc-restricted-protocol closes."""
     handlers = {}
     for method in SERVICE.methods:
-        if method.name in RAW_METHODS:  # bytes in, bytes out (grpc_wire.py)
+        if method.name in RAW_METHODS:  # bytes in, bytes out (grpc/wire.py)
             behavior = getattr(servicer, method.name)
             restriction = (restricted or {}).get(GRPC_CATEGORIES.get(method.name, ""))
             if restriction is not None:

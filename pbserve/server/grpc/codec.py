@@ -8,7 +8,7 @@ SetInferenceRequestMetadata: `sequence_id`, `sequence_start`, `sequence_end`,
 `priority` and `timeout` become request fields, `triton_enable_empty_final_response`
 is the only `triton_` key allowed (a stream option), every other key is passed on
 with its Python type. An input or output whose parameters name a client's shared-memory
-region (grpc_shm.py) carries no data here: the stub reads it there or writes it there.
+region (grpc/shm.py) carries no data here: the stub reads it there or writes it there.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pbserve.backend.types import (
     TensorData,
 )
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
-from pbserve.server.grpc_shm import tensor_shm
-from pbserve.server.grpc_wire import infer_response_parts
+from pbserve.server.grpc.shm import tensor_shm
+from pbserve.server.grpc.wire import infer_response_parts
 from pbserve.server.http_codec import byte_view, error_of
 
 __all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
@@ -110,7 +110,7 @@ def model_version(text: str) -> str:
 def decode_infer_request(request: pb.ModelInferRequest, version: str,
                          raw: list[Any] | None = None) -> tuple[InferRequest, bool]:
     """The core's request, and whether the client asked for empty final responses.
-    `raw`: the raw input contents when they were split off the message (grpc_wire.py);
+    `raw`: the raw input contents when they were split off the message (grpc/wire.py);
     by default the message's `raw_input_contents`."""
     model = request.model_name
     infer_request = InferRequest(model_name=model, model_version=version, id=request.id)

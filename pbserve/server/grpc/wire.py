@@ -1,7 +1,7 @@
 """ModelInfer's messages as bytes, without protobuf touching the tensor bytes.
 
 grpcio hands the servicer the request's bytes and sends the bytes it returns (the
-method is registered without a deserializer or serializer, grpc_server.py). A large
+method is registered without a deserializer or serializer, grpc/server.py). A large
 request is split at its top-level fields: the `raw_input_contents` entries become
 memoryview slices of the received bytes (the core copies each once, into its pool) and
 the other fields, a few hundred bytes, are parsed by protobuf. A response is its header

@@ -34,7 +34,7 @@ from pbserve.backend.api import InferenceCore
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ServerError, internal
 from pbserve.server.error_log import ErrorLog
-from pbserve.server.grpc_codec import (
+from pbserve.server.grpc.codec import (
     FINAL_KEY,
     decode_infer_request,
     encode_infer_response,
@@ -43,7 +43,7 @@ from pbserve.server.grpc_codec import (
     status_code,
     status_message,
 )
-from pbserve.server.grpc_handlers import Undecodable
+from pbserve.server.grpc.handlers import Undecodable
 
 log = logging.getLogger("pbserve.grpc")
 
