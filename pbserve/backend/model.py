@@ -179,7 +179,7 @@ class Model:
             self._stages = False
             return SequenceBatcher(cfg, self.add_control_tensor)
         self._stages = True
-        return Scheduler(cfg, self._stage)
+        return Scheduler(cfg, self._stage, self._may_wait_ahead)
 
     def retire(self) -> None:
         """Unloading or shutting down: no instance is restarted from now on."""
@@ -429,16 +429,19 @@ class Model:
             raise
         return tuple(descs), blocks
 
-    def _stage(self, pending: PendingRequest, ahead: bool = False) -> bool:
+    def _may_wait_ahead(self, pending: PendingRequest) -> bool:
+        """Whether the request may wait in a busy stub's queue: not with more than
+        AHEAD_MAX_BYTES of inputs still to copy into shm (they would hold it there)."""
+        return pending.inputs is not None or \
+            _input_bytes(pending.request) <= AHEAD_MAX_BYTES
+
+    def _stage(self, pending: PendingRequest) -> bool:
         """Copy a request's inputs into the parent's pool as it goes to an instance (the
         default scheduler's requests wait for one with their inputs in process memory,
         so a queue never holds /dev/shm). False when it cannot go now: /dev/shm is full
-        (it waits, and is tried again), the request can never fit (it failed), or
-        (`ahead`: to wait in a busy stub's queue) it is larger than AHEAD_MAX_BYTES."""
+        (it waits, and is tried again) or the request can never fit (it failed)."""
         msg = pending.unstaged
         assert msg is not None
-        if ahead and _input_bytes(pending.request) > AHEAD_MAX_BYTES:
-            return False
         try:
             descs, blocks = self._copy_inputs(pending.request, pending.batch_size)
         except ShmExhausted:

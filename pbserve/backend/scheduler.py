@@ -217,16 +217,19 @@ class _OrderedQueue(asyncio.Queue):
 
 
 class Scheduler:
-    """`stage(pending, ahead)`: copies the inputs of a request that waited with them in
-    process memory into shm as it is dispatched (Model._stage); False when it cannot go
-    now: /dev/shm is full (the request goes back to the front of the queue, and
-    dispatching pauses SHM_RETRY_S), the request failed, or (`ahead`: to wait in a busy
-    stub's queue) its inputs are too large to hold shm while they wait."""
+    """`stage(pending)`: copies the inputs of a request that waited with them in process
+    memory into shm as it is dispatched (Model._stage); False when it cannot go now:
+    /dev/shm is full (the request goes back to the front of the queue, and dispatching
+    pauses SHM_RETRY_S) or the request failed. `may_wait_ahead(pending)`: whether it may
+    wait in a busy stub's queue (Model._may_wait_ahead: not when its inputs are too large
+    to hold shm while they wait); asked before the request leaves the queue."""
 
     def __init__(self, cfg: mc.ModelConfig,
-                 stage: Callable[[PendingRequest, bool], bool] | None = None) -> None:
+                 stage: Callable[[PendingRequest], bool] | None = None,
+                 may_wait_ahead: Callable[[PendingRequest], bool] | None = None) -> None:
         self.instances: list[ModelInstance] = []
         self._stage = stage
+        self._may_wait_ahead = may_wait_ahead or (lambda pending: True)
         self._shm_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._batching = cfg.HasField("dynamic_batching")
@@ -268,15 +271,15 @@ class Scheduler:
             # straight to the first idle instance (what queueing then dispatching does).
             for instance in self.instances:
                 if instance.ready:
-                    if pending.inputs is None and not self._stage(pending, False):
+                    if pending.inputs is None and not self._stage(pending):
                         break
                     instance.execute([pending])
                     instance.await_reply_briefly()
                     return
             else:
                 for instance in self.instances:  # all busy: wait in a stub's queue, if one may
-                    if instance.can_queue_another:
-                        if pending.inputs is None and not self._stage(pending, True):
+                    if instance.can_queue_another and self._may_wait_ahead(pending):
+                        if pending.inputs is None and not self._stage(pending):
                             break
                         instance.execute([pending])
                         return
@@ -359,14 +362,13 @@ class Scheduler:
         for instance in self.instances:
             if not self._size:
                 return
-            if instance.can_queue_another:
-                batch = self._staged([self._pop()], ahead=True)
+            if instance.can_queue_another and self._may_wait_ahead(self._head()):
+                batch = self._staged([self._pop()])
                 if not batch:
                     return
                 instance.execute(batch)
 
-    def _staged(self, batch: list[PendingRequest], ahead: bool = False
-                ) -> list[PendingRequest]:
+    def _staged(self, batch: list[PendingRequest]) -> list[PendingRequest]:
         """The requests of `batch` whose inputs are (now) in shm; the others go back to
         the front of the queue, and if /dev/shm could not take them dispatching waits
         for memory."""
@@ -375,7 +377,7 @@ class Scheduler:
         ready: list[PendingRequest] = []
         waiting: list[PendingRequest] = []
         for pending in batch:
-            if waiting or (pending.inputs is None and not self._stage(pending, ahead)):
+            if waiting or (pending.inputs is None and not self._stage(pending)):
                 if not pending.done:
                     waiting.append(pending)
                 continue
@@ -449,6 +451,16 @@ class Scheduler:
             self._arm(wait_until)
             return None
         return [self._pop() for _ in range(count)]
+
+    def _head(self) -> PendingRequest:
+        """The request `_pop` would take, left in the queue."""
+        for level in self._order:
+            lv = self._levels[level]
+            if lv.queue:
+                return lv.queue[0][0]
+            if lv.delayed:
+                return lv.delayed[0]
+        raise IndexError("head of an empty scheduler")
 
     def _pop(self) -> PendingRequest:
         for level in self._order:
