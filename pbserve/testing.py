@@ -35,6 +35,21 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
+def stop_process_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGINT to the process group `proc` leads (started with start_new_session), wait
+    up to `timeout`; SIGKILL the group if it has not ended."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
 class RunningServer:
     def __init__(self, repositories: Sequence[str | os.PathLike], args: Sequence[str] = (),
                  log_path: str | os.PathLike | None = None, launcher: Sequence[str] = ()
@@ -106,15 +121,7 @@ class RunningServer:
         """SIGINT to the server's process group (as Ctrl-C in a terminal: its stubs get it
         too, and a launcher passes nothing on), wait; SIGKILL the whole session if it does
         not end. Returns the status."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process_group(self.proc, timeout)
         if self._log is not subprocess.DEVNULL:
             self._log.close()
         return self.proc.returncode

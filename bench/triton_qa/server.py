@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +10,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from pbserve.testing import stop_process_group
 
 PORTS = (8000, 8001, 8002)
 
@@ -86,15 +86,7 @@ class Server:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGINT the server's group, SIGKILL it if it does not end in time."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process_group(self.proc, timeout)
         self._log.close()
 
     def log_text(self) -> str:
