@@ -274,7 +274,7 @@ class Scheduler:
                     if pending.inputs is None and not self._stage(pending):
                         break
                     instance.execute([pending])
-                    instance.await_reply_briefly()
+                    instance.watch_for_reply()
                     return
             else:
                 for instance in self.instances:  # all busy: wait in a stub's queue, if one may
