@@ -20,8 +20,8 @@ from pbserve.ignored_flags import add_ignored_flags, warn_ignored
 from pbserve.trace_flags import add_trace_flags, configure_tracing
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.shutdown import shut_down
-from pbserve.server.http import start_http_server, start_metrics_server
-from pbserve.server.http_limits import (
+from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.http.limits import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
