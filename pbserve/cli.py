@@ -55,6 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
              "after 3 beats (a killed worker's requests fail then)")
     add("--worker-name", default="",
         help="pbserve: this worker's name on the plane (default: HOST-PID)")
+    add("--request-plane-creds", default="", metavar="FILE",
+        help="pbserve: NATS credentials file (JWT and NKey seed) to join the plane with")
+    add("--request-plane-user", default="", help="pbserve: NATS user name")
+    add("--request-plane-password", default="",
+        help="pbserve: NATS password (visible to ps: prefer a credentials file)")
+    add("--request-plane-token", default="", help="pbserve: NATS authentication token")
+    add("--request-plane-tls-ca", default="", metavar="FILE",
+        help="pbserve: CA bundle to verify the NATS server with (TLS on)")
+    add("--request-plane-tls-cert", default="", metavar="FILE",
+        help="pbserve: client certificate for NATS (with --request-plane-tls-key)")
+    add("--request-plane-tls-key", default="", metavar="FILE",
+        help="pbserve: the client certificate's private key")
     add("--http-port", type=int, default=8000)
     add("--grpc-port", type=int, default=8001)
     add("--metrics-port", type=int, default=8002)
@@ -221,8 +233,15 @@ async def serve(args: argparse.Namespace) -> int:
         if args.request_plane:
             from pbserve.distributed.node import Node  # only with a plane: imports nats
 
-            node = await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
-                                    args.worker_name)
+            from pbserve.distributed.request_plane import ConnectionOptions, PlaneConnectError
+
+            try:
+                node = await Node.start(args.request_plane, manager,
+                                        args.plane_heartbeat_secs, args.worker_name,
+                                        ConnectionOptions.from_args(args))
+            except PlaneConnectError as exc:
+                log.error("%s", exc)
+                return 1
             core = core or node.core
         assert core is not None
         if args.allow_http:
@@ -255,11 +274,31 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_request_plane_options(args: argparse.Namespace) -> str:
+    """What is wrong with the --request-plane-* flags ('' when nothing): a file that
+    cannot be read, or the flags without --request-plane. Imports nothing of the plane
+    unless --request-plane is given."""
+    given = [name for name, value in vars(args).items()
+             if name.startswith("request_plane_") and value]
+    if not args.request_plane:
+        return ("--" + given[0].replace("_", "-") + " needs --request-plane") if given else ""
+    from pbserve.distributed.request_plane import ConnectionOptions
+
+    try:
+        ConnectionOptions.from_args(args).check()
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
+    if plane_error := check_request_plane_options(args):
+        print(f"error: {plane_error}", file=sys.stderr)
+        return 1
     try:
         configure_logging(args)
     except OSError as exc:

@@ -7,17 +7,15 @@ InferenceCore is the plane (frontend.py).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 
-import nats.errors
-from nats.aio.client import Client
+from nats.js import JetStreamContext
 
 from pbserve.backend.manager import ModelManager
 from pbserve.distributed.frontend import PlaneCore
 from pbserve.distributed.registry import Registry, RegistryView, open_bucket
-from pbserve.distributed.request_plane import connect, request_stream
+from pbserve.distributed.request_plane import ConnectionOptions, Plane, request_stream
 from pbserve.distributed.worker import PlaneWorker
 
 # The registry TTL is this many heartbeats: one late beat does not drop a worker.
@@ -29,31 +27,38 @@ def default_worker_name() -> str:
 
 
 class Node:
-    def __init__(self, nc: Client, worker: PlaneWorker | None, core: PlaneCore | None,
+    def __init__(self, plane: Plane, worker: PlaneWorker | None, core: PlaneCore | None,
                  view: RegistryView | None) -> None:
-        self._nc = nc
+        self._plane = plane
         self.worker = worker
         self.core = core
         self._view = view
 
     @classmethod
     async def start(cls, url: str, manager: ModelManager | None, heartbeat_s: float,
-                    name: str = "") -> "Node":
-        """Connect; serve `manager`'s models, or (None) be a frontend."""
+                    name: str = "", options: ConnectionOptions | None = None) -> "Node":
+        """Connect (PlaneConnectError if that fails); serve `manager`'s models, or
+        (None) be a frontend."""
         name = name or default_worker_name()
-        nc = await connect(url, f"pbserve {'worker' if manager else 'frontend'} {name}")
+        plane = Plane(url)
+        await plane.connect(f"pbserve {'worker' if manager else 'frontend'} {name}", options)
+        nc = plane.nc
+        ttl_s = TTL_BEATS * heartbeat_s
         try:
             js = await request_stream(nc)
-            kv = await open_bucket(js, TTL_BEATS * heartbeat_s)
+            kv = await open_bucket(js, ttl_s)
             if manager is not None:
                 worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
                 await worker.start()
-                return cls(nc, worker, None, None)
-            view = RegistryView(kv, ttl_s=TTL_BEATS * heartbeat_s)
+                plane.on_reconnect(lambda: _restore_worker(js, ttl_s, worker))
+                return cls(plane, worker, None, None)
+            view = RegistryView(kv, ttl_s=ttl_s)
             await view.start()
-            return cls(nc, None, PlaneCore(nc, js, view, check_s=heartbeat_s / 2), view)
+            plane.on_reconnect(lambda: _restore_view(js, ttl_s, view))
+            core = PlaneCore(nc, js, view, check_s=heartbeat_s / 2, plane=plane)
+            return cls(plane, None, core, view)
         except BaseException:
-            await nc.close()
+            await plane.close()
             raise
 
     async def stop_serving(self, grace_s: float) -> None:
@@ -64,5 +69,15 @@ class Node:
     async def close(self) -> None:
         if self._view is not None:
             await self._view.stop()
-        with contextlib.suppress(nats.errors.Error):
-            await self._nc.drain()
+        await self._plane.close()
+
+
+async def _restore_worker(js: JetStreamContext, ttl_s: float, worker: PlaneWorker) -> None:
+    """After a reconnection: the bucket again, this worker's entries in it at once."""
+    await open_bucket(js, ttl_s)
+    await worker.sync()
+
+
+async def _restore_view(js: JetStreamContext, ttl_s: float, view: RegistryView) -> None:
+    await open_bucket(js, ttl_s)
+    await view.restart()

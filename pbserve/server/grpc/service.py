@@ -168,15 +168,17 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest,
                               context: grpc.aio.ServicerContext
                               ) -> pb.ModelStatisticsResponse:
-        def produce() -> pb.ModelStatisticsResponse:
-            core = self._core
+        core = self._core
+        try:
             if request.name:
-                stats = http_stats.model(core, request.name, model_version(request.version))
+                stats = await http_stats.model(core, request.name,
+                                               model_version(request.version))
             else:
-                stats = http_stats.all_models(core)
+                stats = await http_stats.all_models(core)
             return json_format.ParseDict(stats, pb.ModelStatisticsResponse(),
                                          ignore_unknown_fields=True)
-        return await self._answer(context, "ModelStatistics", produce)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await self._fail(context, "ModelStatistics", exc)
 
     # -- model repository extension ---------------------------------------------------
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest,

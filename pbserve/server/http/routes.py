@@ -104,7 +104,9 @@ class Routes:
     async def _model(self, request: HttpRequest, parts: list[str]) -> Reply:
         name, rest = parts[3], parts[4:]
         if len(parts) == 4 and name == "stats":
-            return self._get(request, lambda: http_stats.all_models(self._core))
+            if request.method != GET:
+                return method_not_allowed()
+            return json_reply(await http_stats.all_models(self._core))
         version = ""
         if rest and rest[0] == "versions":
             if len(rest) < 2 or not (rest[1].isascii() and rest[1].isdigit()):
@@ -134,7 +136,7 @@ class Routes:
         if kind == "config":
             return json_reply(core.model_config(name, version))
         if kind == "stats":
-            return json_reply(http_stats.model(core, name, version))
+            return json_reply(await http_stats.model(core, name, version))
         return await handle_generate(core, request, name, version,
                                      kind == "generate_stream", self._max_input)
 
