@@ -246,3 +246,27 @@ def test_tls_options_are_passed_to_nats(tmp_path):
             assert _answers(cluster.frontend.http_client())
         finally:
             cluster.stop()
+
+
+def test_statistics_of_several_workers_add_up_version_by_version():
+    from pbserve.distributed.statistics import merge
+
+    def entry(version: str, count: int, last: int, batch: int) -> dict:
+        figure = {"count": count, "ns": 10 * count}
+        return {"name": "m", "version": version, "last_inference": last,
+                "inference_count": count, "execution_count": count,
+                "inference_stats": {"success": dict(figure), "queue": dict(figure)},
+                "response_stats": {"0": {"success": dict(figure)}},
+                "batch_stats": [{"batch_size": batch, "compute_infer": dict(figure)}],
+                "memory_usage": []}
+
+    total = merge([[entry("1", 2, 100, 1), entry("2", 1, 50, 1)],
+                   [entry("1", 3, 70, 4)], [entry("10", 5, 1, 1)]])
+    assert [e["version"] for e in total] == ["1", "2", "10"]
+    one = total[0]
+    assert (one["inference_count"], one["execution_count"], one["last_inference"]) == (5, 5, 100)
+    assert one["inference_stats"]["success"] == {"count": 5, "ns": 50}
+    assert one["response_stats"]["0"]["success"] == {"count": 5, "ns": 50}
+    assert [(b["batch_size"], b["compute_infer"]["count"]) for b in one["batch_stats"]] == [
+        (1, 2), (4, 3)]
+    assert total[1]["inference_count"] == 1

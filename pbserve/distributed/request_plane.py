@@ -19,6 +19,7 @@ across one fails instead of waiting for an answer the server dropped.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import re
 import ssl
@@ -100,6 +101,9 @@ class ConnectionOptions:
             except OSError as err:
                 raise ValueError(f"{flag} '{path}' cannot be read: "
                                  f"{err.strerror or err}") from None
+        if self.creds and importlib.util.find_spec("nkeys") is None:
+            raise ValueError("--request-plane-creds needs the nkeys package "
+                             "(pip install nkeys), which nats-py signs with")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("--request-plane-tls-cert and --request-plane-tls-key go "
                              "together (a client certificate and its key)")
