@@ -206,6 +206,20 @@ def test_credentials_are_passed_to_nats(tmp_path):
             cluster.stop()
 
 
+def test_a_token_is_passed_to_nats(tmp_path):
+    with running_nats(tmp_path / "nats.log", ["--auth", "t0ken"]) as nats:
+        refused = _joins(nats.url, tmp_path, "refused", "--request-plane-token", "wrong")
+        assert refused.proc.wait(30) == 1
+        refused.stop()
+        assert "'Authorization Violation' (credentials refused" in refused.log_text()
+        frontend = _joins(nats.url, tmp_path, "frontend", "--request-plane-token", "t0ken")
+        try:
+            frontend.wait_ready()  # ready: connected, the stream and registry made
+            assert frontend.http_client().get_model_repository_index() == []
+        finally:
+            frontend.stop()
+
+
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 

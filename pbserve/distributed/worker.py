@@ -72,8 +72,11 @@ class PlaneWorker:
         if self._beat is not None:
             self._beat.cancel()
             await asyncio.gather(self._beat, return_exceptions=True)
-        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
-            await self._registry.remove_all()
+        # Cut off from the plane, each delete would wait out its timeout: the TTL ends
+        # the entries then.
+        if self._nc.is_connected:
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                await self._registry.remove_all()
         await asyncio.gather(*(f.stop() for f in self._feeds.values()))
         self._feeds.clear()
         tasks = list(self._serving.values())
