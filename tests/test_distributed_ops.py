@@ -137,12 +137,17 @@ def test_a_nats_server_restart_is_survived(ops):
         in_flight.get_result()
     assert err.value.status() == "503"
     assert f"request plane {nats.url}" in err.value.message()
-    # While it is away: not ready, and requests fail at once, naming the plane.
+    # While it is away: not ready, the registry's entries expire (no heartbeat reaches
+    # it), and requests fail at once, naming the plane.
     wait_for(lambda: not client.is_server_ready())
+    wait_for(lambda: client.get_model_repository_index() == [])
     with pytest.raises(InferenceServerException) as err:
         grpc.infer("sleepy", [_sleepy(grpcclient, 0)], client_timeout=30)
     assert err.value.status() == "StatusCode.UNAVAILABLE"
     assert f"request plane {nats.url} is not connected" in err.value.message()
+    with pytest.raises(InferenceServerException, match="is not connected") as err:
+        client.get_inference_statistics("sleepy")
+    assert err.value.status() == "503"
 
     # The server comes back with nothing (the stream and the registry were in its
     # memory): the workers and the frontend make them again and the entries return.
@@ -202,6 +207,11 @@ def test_credentials_are_passed_to_nats(tmp_path):
         try:
             cluster.wait_ready()
             assert _answers(cluster.frontend.http_client())
+            # Cut off from the plane, both still exit cleanly.
+            nats.kill()
+            wait_for(lambda: not cluster.frontend.http_client().is_server_ready())
+            assert cluster.frontend.stop() == 0
+            assert cluster.workers["w1"].stop() == 0
         finally:
             cluster.stop()
 

@@ -67,6 +67,7 @@ class PlaneCore:
         entries = self._registry.of_model(name)
         ready = [e for e in entries if e["state"] == READY and e["metadata"]]
         if not ready:
+            self._check_plane(name)  # the registry empties while the plane is away
             suffix = " is not found" if not entries else " has no available versions"
             raise not_found(f"Request for unknown model: '{name}'{suffix}")
         if version:
@@ -126,6 +127,7 @@ class PlaneCore:
     async def model_statistics(self, name: str, version: str = "") -> list[dict[str, Any]]:
         """Triton's statistics extension: the model's figures summed over the workers
         that serve it (NOT_FOUND as `model_metadata` for an unknown model)."""
+        self._check_plane(name)  # first: the registry empties while it is away
         self._entry(name, version)
         workers = sorted({e["worker"] for e in self._registry.of_model(name)
                           if e["state"] == READY and (not version or version in e["versions"])})
@@ -149,6 +151,7 @@ class PlaneCore:
                           request.timeout_us)
 
     def _encode(self, request: InferRequest, stream: bool) -> bytes:
+        self._check_plane(request.model_name)  # first: the registry empties while away
         self._entry(request.model_name, request.model_version)
         if request.uses_shm:
             raise ServerError(ErrorCode.UNSUPPORTED, "shared memory regions are not "

@@ -19,6 +19,7 @@ across one fails instead of waiting for an answer the server dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import re
@@ -218,10 +219,14 @@ class Plane:
         if self._restoring is not None:
             self._restoring.cancel()
             await asyncio.gather(self._restoring, return_exceptions=True)
-        if not self.nc.is_closed:
+        if self.nc.is_connected:
             try:
                 await self.nc.drain()
+                return
             except (nats.errors.Error, asyncio.TimeoutError):
+                pass
+        if not self.nc.is_closed:  # cut off (nats-py may find its transport closed)
+            with contextlib.suppress(nats.errors.Error, RuntimeError, OSError):
                 await self.nc.close()
 
 
