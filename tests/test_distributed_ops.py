@@ -186,6 +186,11 @@ def test_plane_flags_are_checked_before_anything_starts(tmp_path):
     done = _pbserve("--request-plane", "nats://127.0.0.1:1", "--request-plane-tls-cert",
                     str(missing.parent))
     assert done.returncode == 1
+    assert f"--request-plane-tls-cert '{missing.parent}' cannot be read" in done.stderr
+    # Nothing listens there: the first connection fails at once, saying why.
+    done = _pbserve("--request-plane", "nats://127.0.0.1:1")
+    assert done.returncode == 1
+    assert "cannot join the request plane nats://127.0.0.1:1: " in done.stderr
 
 
 def _joins(url: str, tmp: Path, name: str, *args: str) -> RunningServer:
