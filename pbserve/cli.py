@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from pbserve.backend.manager import ModelManager
 from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.backend.tracing import TRACER
 from pbserve.ignored_flags import add_ignored_flags, warn_ignored
+from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV
 from pbserve.trace_flags import add_trace_flags, configure_tracing
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.shutdown import shut_down
@@ -58,9 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--request-plane-creds", default="", metavar="FILE",
         help="pbserve: NATS credentials file (JWT and NKey seed) to join the plane with")
     add("--request-plane-user", default="", help="pbserve: NATS user name")
-    add("--request-plane-password", default="",
-        help="pbserve: NATS password (visible to ps: prefer a credentials file)")
-    add("--request-plane-token", default="", help="pbserve: NATS authentication token")
+    add("--request-plane-password", default=os.environ.get(PLANE_PASSWORD_ENV, ""),
+        help=f"pbserve: NATS password (on the command line ps shows it to every user: "
+             f"prefer ${PLANE_PASSWORD_ENV}, the default, or a credentials file)")
+    add("--request-plane-token", default=os.environ.get(PLANE_TOKEN_ENV, ""),
+        help=f"pbserve: NATS authentication token (default ${PLANE_TOKEN_ENV}; as for "
+             f"the password, the environment keeps it out of ps)")
     add("--request-plane-tls-ca", default="", metavar="FILE",
         help="pbserve: CA bundle to verify the NATS server with (TLS on)")
     add("--request-plane-tls-cert", default="", metavar="FILE",

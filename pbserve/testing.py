@@ -52,10 +52,11 @@ def stop_process_group(proc: subprocess.Popen, timeout: float) -> None:
 
 class RunningServer:
     def __init__(self, repositories: Sequence[str | os.PathLike], args: Sequence[str] = (),
-                 log_path: str | os.PathLike | None = None, launcher: Sequence[str] = ()
-                 ) -> None:
+                 log_path: str | os.PathLike | None = None, launcher: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
         """`launcher`: a command the server runs under, e.g. `["unshare", "--pid",
-        "--fork"]` or a namespace wrapper; it must stay in the server's process group."""
+        "--fork"]` or a namespace wrapper; it must stay in the server's process group.
+        `env`: variables added to the server's environment."""
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
@@ -70,7 +71,8 @@ class RunningServer:
         self.log_path = Path(log_path) if log_path else None
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     env={**os.environ, **env} if env else None)
 
     @property
     def pid(self) -> int:

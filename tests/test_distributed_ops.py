@@ -17,6 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from pbserve.backend.stub_process import stub_environment
 from pbserve.testing import RunningServer, running_nats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,9 +194,10 @@ def test_plane_flags_are_checked_before_anything_starts(tmp_path):
     assert "cannot join the request plane nats://127.0.0.1:1: " in done.stderr
 
 
-def _joins(url: str, tmp: Path, name: str, *args: str) -> RunningServer:
+def _joins(url: str, tmp: Path, name: str, *args: str,
+           env: dict[str, str] | None = None) -> RunningServer:
     """A frontend on `url`: it exits 1 (its log says why) or it is ready."""
-    return RunningServer([], ["--request-plane", url, *args], tmp / f"{name}.log")
+    return RunningServer([], ["--request-plane", url, *args], tmp / f"{name}.log", env=env)
 
 
 def test_credentials_are_passed_to_nats(tmp_path):
@@ -227,7 +229,9 @@ def test_a_token_is_passed_to_nats(tmp_path):
         assert refused.proc.wait(30) == 1
         refused.stop()
         assert "'Authorization Violation' (credentials refused" in refused.log_text()
-        frontend = _joins(nats.url, tmp_path, "frontend", "--request-plane-token", "t0ken")
+        # From the environment (kept out of `ps`), as the flag's default.
+        frontend = _joins(nats.url, tmp_path, "frontend",
+                          env={"PBSERVE_REQUEST_PLANE_TOKEN": "t0ken"})
         try:
             frontend.wait_ready()  # ready: connected, the stream and registry made
             assert frontend.http_client().get_model_repository_index() == []
@@ -299,3 +303,13 @@ def test_statistics_of_several_workers_add_up_version_by_version():
     assert [(b["batch_size"], b["compute_infer"]["count"]) for b in one["batch_stats"]] == [
         (1, 2), (4, 3)]
     assert total[1]["inference_count"] == 1
+
+
+def test_stubs_are_started_without_the_servers_secrets(monkeypatch):
+    monkeypatch.setenv("PBSERVE_REQUEST_PLANE_PASSWORD", "s3cret")
+    monkeypatch.setenv("PBSERVE_REQUEST_PLANE_TOKEN", "t0ken")
+    monkeypatch.setenv("SOMETHING_ELSE", "kept")
+    env = stub_environment()
+    assert "PBSERVE_REQUEST_PLANE_PASSWORD" not in env
+    assert "PBSERVE_REQUEST_PLANE_TOKEN" not in env
+    assert env["SOMETHING_ELSE"] == "kept"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from pbserve.backend.instance import REPLY_WATCH_NS
+from pbserve.backend.instance import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
 from pbserve.testing import load_models, running_server
 from client_inputs import http_input
 from polling import wait_for
@@ -86,8 +86,13 @@ def pending_requests(server) -> int:
 
 def test_a_killed_stub_costs_only_its_running_request_not_the_one_queued_behind_it():
     with load_models(MODELS, models=["sleepy"]) as models:
-        for _ in range(20):  # short hops: the instance may queue a request ahead
-            pid = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
+        instance = models.manager.model("sleepy").instances[0]
+
+        def short_hops() -> bool:  # then the instance may queue a request ahead
+            models.infer("sleepy", sleep_ms(0))
+            return instance._hop_ns < QUEUE_AHEAD_MAX_HOP_NS
+        wait_for(short_hops, "the instance's hops to be short (a loaded machine)")
+        pid = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
         running: list = []
         behind: list = []
         t1 = _infer_in_thread(models, 3000, running)
@@ -110,7 +115,7 @@ def test_a_request_whose_timeout_passes_while_queued_in_the_stub_is_not_executed
     with running_server(MODELS, args=["--model-control-mode", "explicit",
                                       "--load-model", "sleepy"]) as server:
         client = server.http_client(concurrency=2)
-        for _ in range(20):  # short hops: the instance may queue a request ahead
+        for _ in range(50):  # short hops: the instance may queue a request ahead
             client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))])
         first = client.async_infer("sleepy", [http_input("SLEEP_MS", np.array([1000], np.int32))])
         # Submitted is running: the instance was idle, so it was sent at once.

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from pbserve.backend.private_dir import UntrustedDirectory, check_private
+from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
 from shm.pool import ShmSizes
@@ -80,8 +81,9 @@ def _own_stub_path(reason: str) -> str:
 
 
 def stub_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment, with pbserve's stub packages importable by the stub."""
-    env = dict(os.environ)
+    """The parent's environment, with pbserve's stub packages importable by the stub,
+    without the server's secrets (pbserve.secret_env)."""
+    env = {key: value for key, value in os.environ.items() if key not in SECRET_ENV}
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = _stub_path() + (os.pathsep + path if path else "")
     if extra:

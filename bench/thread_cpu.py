@@ -1,0 +1,118 @@
+"""Where a request's CPU goes, per thread of the whole machine, under perf_analyzer load.
+
+    python bench/thread_cpu.py [--server pbserve] [--protocol grpc] [--concurrency 8]
+    python bench/thread_cpu.py --server 'python bench/grpc_echo/vs_server.py grpcio-aio'
+
+Starts the server command on ../shared/perf/anchor_models with tritonserver's port flags
+(as ../shared/perf/vs.py does), drives `identity_fp32` (64 B) with perf_analyzer, samples
+every CPU with `perf record -a` (1 kHz) while it runs, and prints each busy thread's CPU
+per request (the server's threads, the stub, perf_analyzer, idle) and, for the busiest
+server thread, its CPU per request by library and by symbol. py-spy sees only Python
+frames; this shows the native part (kernel, libpython, grpcio's core) too. Needs `perf`
+(linux-tools) and root or perf_event_paranoid <= 1. Nothing is asserted; run it under the
+exclusive CPU lock on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "perf"
+HZ = 1000
+
+
+def _ports() -> list[int]:
+    import socket
+    socks = [socket.socket() for _ in range(3)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _samples(data: str) -> list[tuple[str, str, str, str]]:
+    """(pid/tid, comm, dso, symbol) of each sample's leaf frame."""
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,pid,tid,ip,sym,dso"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        m = re.match(r"\s*(.+?)\s+(\d+)/(\d+)\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$", line)
+        if m:
+            comm, pid, tid, sym, dso = m.groups()
+            rows.append((f"{pid}/{tid}", comm, dso.rsplit("/", 1)[-1], sym.split("+0x")[0]))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--server", default="pbserve")
+    ap.add_argument("--protocol", default="grpc", choices=("grpc", "http"))
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    http, grpc, metrics = _ports()
+    work = Path(tempfile.mkdtemp(prefix="thread-cpu-"))
+    server = subprocess.Popen(
+        [*shlex.split(args.server), "--model-repository", str(SHARED / "anchor_models"),
+         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+         "--metrics-address", "127.0.0.1"],
+        stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT,
+        start_new_session=True, cwd=ROOT)
+    try:
+        time.sleep(5)
+        port = grpc if args.protocol == "grpc" else http
+        # Windows long enough to cover the sampling: perf_analyzer reports their average.
+        window_ms = int((args.seconds + 6) * 1000)
+        pa = subprocess.Popen(
+            ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
+             f"-m identity_fp32 -i {args.protocol} -u 127.0.0.1:{port} --shape INPUT0:16 "
+             f"--concurrency-range {args.concurrency} --measurement-interval {window_ms} "
+             f"-s 999 --max-trials 1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(3)
+        data = str(work / "perf.data")
+        subprocess.run(["perf", "record", "-a", "-F", str(HZ), "-o", data, "--",
+                        "sleep", str(args.seconds)], capture_output=True, check=True)
+        text, _ = pa.communicate(timeout=120)
+        rate = float(re.findall(r"Throughput: ([\d.]+) infer/sec", text)[-1])
+        rows = _samples(data)
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+    us = 1e6 / HZ / args.seconds / rate  # one sample, as us of CPU per request
+    print(f"{args.server!r} {args.protocol} c={args.concurrency}: {rate:,.0f} infer/s; "
+          f"CPU per request by thread (us):")
+    threads = collections.Counter((tid, comm) for tid, comm, _, _ in rows)
+    for (tid, comm), n in threads.most_common(12):
+        print(f"  {n * us:7.1f}  {comm} {tid}")
+    busiest = next(t for (t, c), _ in threads.most_common() if c not in ("swapper",)
+                   and not c.startswith(("perf_analyzer", "event_engine")))
+    mine = [(dso, sym) for tid, _, dso, sym in rows if tid == busiest]
+    print(f"busiest server thread {busiest}: by library (us per request)")
+    for dso, n in collections.Counter(d for d, _ in mine).most_common(6):
+        print(f"  {n * us:7.1f}  {dso}")
+    print("by symbol")
+    for (dso, sym), n in collections.Counter(mine).most_common(args.top):
+        print(f"  {n * us:7.1f}  {dso[:24]:24} {sym[:70]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
