@@ -323,3 +323,100 @@ def test_a_request_whose_timeout_passes_in_the_plane_fails_and_is_never_run(plan
     client.infer("sleepy", [_sleepy_input(httpclient, 0)])
     client.infer("sleepy", [_sleepy_input(httpclient, 0)])
     assert _successes(plane, "sleepy") == before + 4
+
+
+# -- BLS across workers: remote_caller on w1 calls add_sub and repeat, served by w2 only --
+
+def _split_repositories(tmp: Path) -> tuple[Path, Path]:
+    callers, targets = tmp / "callers", tmp / "targets"
+    shutil.copytree(ROOT / "tests/models/remote_caller", callers / "remote_caller")
+    for name in ("add_sub", "repeat"):
+        shutil.copytree(ROOT / "models/examples" / name, targets / name)
+    return callers, targets
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """w1 serves remote_caller, w2 the models it calls; and a frontend."""
+    tmp = tmp_path_factory.mktemp("split")
+    callers, targets = _split_repositories(tmp)
+    with running_nats(tmp / "nats.log") as nats:
+        plane = ["--request-plane", nats.url, "--plane-heartbeat-secs", str(HEARTBEAT_S)]
+        servers = {"w1": RunningServer([callers], [*plane, "--worker-name", "w1"],
+                                       tmp / "w1.log"),
+                   "w2": RunningServer([targets], [*plane, "--worker-name", "w2"],
+                                       tmp / "w2.log"),
+                   "frontend": RunningServer([], plane, tmp / "frontend.log")}
+        try:
+            for server in servers.values():
+                server.wait_ready()
+            for server in servers.values():
+                client = server.http_client()
+                wait_for(lambda: all(client.is_model_ready(m) for m in
+                                     ("remote_caller", "add_sub", "repeat")))
+            yield servers
+        finally:
+            for server in servers.values():
+                server.stop()
+
+
+def _call_remote(client, module, mode: str, x=None):
+    x = np.arange(16, dtype=np.float32) if x is None else x
+    inputs = [module.InferInput("MODE", [1], "BYTES"), module.InferInput("X", [16], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([mode.encode()], dtype=object))
+    inputs[1].set_data_from_numpy(x)
+    result = client.infer("remote_caller", inputs)
+    return result.as_numpy("Y"), json.loads(result.as_numpy("INFO")[0])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bls_exec_reaches_a_model_served_only_by_another_worker(split, mode, protocol):
+    client = getattr(split["frontend"], f"{protocol}_client")()
+    module = httpclient if protocol == "http" else grpcclient
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    y, info = _call_remote(client, module, mode, x)
+    assert info == {"errors": [], "responses": 1}
+    np.testing.assert_array_equal(y, x + x)
+
+
+def test_bls_decoupled_stream_from_another_worker_yields_every_response(split):
+    y, info = _call_remote(split["frontend"].http_client(), httpclient, "decoupled")
+    # 16 responses, then the flag-only final one (as Triton's iterator yields it).
+    assert info == {"errors": [], "responses": 17}
+    np.testing.assert_array_equal(y, np.arange(16, dtype=np.float32))
+
+
+def test_bls_stream_cancelled_by_the_caller_stops_the_remote_model(split):
+    y, info = _call_remote(split["frontend"].http_client(), httpclient, "cancel")
+    # The remote model saw the cancellation (it sends 200 responses otherwise) and the
+    # stream ended with its final response.
+    assert 1 <= len(y) < 200
+    assert info["responses"] < 200
+
+
+def test_bls_errors_across_workers_read_as_triton_words_them(split):
+    client = split["frontend"].http_client()
+    _, info = _call_remote(client, httpclient, "missing")
+    # As a local call to an unknown model (tests/test_compat.py).
+    assert info["errors"] == [
+        "Model not_served_anywhere - Error when running inference: Failed for execute "
+        "the inference request. Model 'not_served_anywhere' is not ready."]
+    _, info = _call_remote(client, httpclient, "misuse")
+    assert len(info["errors"]) == 1
+    assert "Model repeat is using the decoupled" in info["errors"][0]
+
+
+def test_a_worker_routes_requests_for_models_it_does_not_have_to_the_plane(split):
+    # w1 has only remote_caller: add_sub (w2's) through w1's own HTTP and gRPC.
+    x = np.ones(16, np.float32)
+    for module, client in ((httpclient, split["w1"].http_client()),
+                           (grpcclient, split["w1"].grpc_client())):
+        inputs = [module.InferInput(n, [16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(x)
+        assert client.get_model_metadata("add_sub")
+        result = client.infer("add_sub", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + x)
+    with pytest.raises(InferenceServerException, match="unknown model: 'nope'"):
+        split["w1"].http_client().infer("nope", [])

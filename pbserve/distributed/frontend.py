@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import nats.errors
 from nats.aio.client import Client
@@ -129,10 +129,19 @@ class PlaneCore:
                 return response
         raise ServerError(ErrorCode.INTERNAL, "no response from the worker")
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """Refuses an unknown model or a bad request at once, as the local manager."""
+    def stream_infer(self, request: InferRequest,
+                     on_inbox: Callable[[str], None] | None = None
+                     ) -> AsyncIterator[InferResponse]:
+        """Refuses an unknown model or a bad request at once, as the local manager.
+        `on_inbox` gets the request's inbox once it is sent (for `ask_to_cancel`)."""
         return self._call(request.model_name, self._encode(request, stream=True),
-                          request.timeout_us)
+                          request.timeout_us, on_inbox)
+
+    async def ask_to_cancel(self, inbox: str) -> None:
+        """Cancel the request of `inbox` while its caller reads on: the worker passes the
+        cancellation to the model and ends the stream with a CANCELLED response."""
+        with contextlib.suppress(nats.errors.Error):
+            await self._nc.publish(CANCEL_SUBJECT, inbox.encode())
 
     def _encode(self, request: InferRequest, stream: bool) -> bytes:
         self._entry(request.model_name, request.model_version)
@@ -147,13 +156,16 @@ class PlaneCore:
                               f"plane, not done yet)")
         return payload
 
-    async def _call(self, model: str, payload: bytes, timeout_us: int = 0
+    async def _call(self, model: str, payload: bytes, timeout_us: int = 0,
+                    on_inbox: Callable[[str], None] | None = None
                     ) -> AsyncIterator[InferResponse]:
         """Publish the request, then yield its responses until the final one. A request
         no worker took within its `timeout_us` fails as a queued one does locally."""
         deadline = time.monotonic() + timeout_us / 1e6 if timeout_us else None
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
+        if on_inbox is not None:
+            on_inbox(inbox)
         worker, done = "", False
         try:
             try:

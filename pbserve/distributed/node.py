@@ -2,7 +2,9 @@
 
 `pbserve --request-plane URL --model-repository REPO` is a worker (its models served to
 the plane, and its own HTTP/gRPC as before); with no repository it is a frontend whose
-InferenceCore is the plane (frontend.py).
+InferenceCore is the plane (frontend.py). A worker reaches the models it does not have
+through the plane too (remote_models.py): from its HTTP/gRPC and from its models' BLS
+calls.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from nats.aio.client import Client
 
 from pbserve.backend.manager import ModelManager
 from pbserve.distributed.frontend import PlaneCore
+from pbserve.distributed.remote_models import PlaneModels, RoutingCore
 from pbserve.distributed.registry import Registry, RegistryView, open_bucket
 from pbserve.distributed.request_plane import connect, request_stream
 from pbserve.distributed.worker import PlaneWorker
@@ -29,8 +32,8 @@ def default_worker_name() -> str:
 
 
 class Node:
-    def __init__(self, nc: Client, worker: PlaneWorker | None, core: PlaneCore | None,
-                 view: RegistryView | None) -> None:
+    def __init__(self, nc: Client, worker: PlaneWorker | None,
+                 core: PlaneCore | RoutingCore | None, view: RegistryView | None) -> None:
         self._nc = nc
         self.worker = worker
         self.core = core
@@ -45,13 +48,15 @@ class Node:
         try:
             js = await request_stream(nc)
             kv = await open_bucket(js, TTL_BEATS * heartbeat_s)
-            if manager is not None:
-                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
-                await worker.start()
-                return cls(nc, worker, None, None)
             view = RegistryView(kv, ttl_s=TTL_BEATS * heartbeat_s)
             await view.start()
-            return cls(nc, None, PlaneCore(nc, js, view, check_s=heartbeat_s / 2), view)
+            plane = PlaneCore(nc, js, view, check_s=heartbeat_s / 2)
+            if manager is None:
+                return cls(nc, None, plane, view)
+            worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
+            manager.route_missing_to(PlaneModels(plane))
+            await worker.start()
+            return cls(nc, worker, RoutingCore(manager, plane), view)
         except BaseException:
             await nc.close()
             raise
