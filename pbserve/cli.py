@@ -222,7 +222,7 @@ async def serve(args: argparse.Namespace) -> int:
             from pbserve.distributed.node import Node  # only with a plane: imports nats
 
             node = await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
-                                    args.worker_name)
+                                    args.worker_name, args.model_control_mode)
             core = node.core  # a worker's: its models, and the plane's for the others
         assert core is not None
         if args.allow_http:

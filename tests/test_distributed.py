@@ -327,6 +327,15 @@ def test_a_request_whose_timeout_passes_in_the_plane_fails_and_is_never_run(plan
 
 # -- BLS across workers: remote_caller on w1 calls add_sub and repeat, served by w2 only --
 
+def test_a_frontend_not_in_explicit_mode_refuses_load_and_unload(plane):
+    client = plane.frontend.http_client()
+    for call in (client.load_model, client.unload_model):
+        with pytest.raises(InferenceServerException, match="not allowed if model control "
+                                                           "mode is not EXPLICIT"):
+            call("sleepy")
+    assert client.is_model_ready("sleepy")
+
+
 def _split_repositories(tmp: Path) -> tuple[Path, Path]:
     callers, targets = tmp / "callers", tmp / "targets"
     shutil.copytree(ROOT / "tests/models/remote_caller", callers / "remote_caller")
@@ -341,7 +350,8 @@ def split(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("split")
     callers, targets = _split_repositories(tmp)
     with running_nats(tmp / "nats.log") as nats:
-        plane = ["--request-plane", nats.url, "--plane-heartbeat-secs", str(HEARTBEAT_S)]
+        plane = ["--request-plane", nats.url, "--plane-heartbeat-secs", str(HEARTBEAT_S),
+                 "--model-control-mode", "explicit", "--load-model", "*"]
         servers = {"w1": RunningServer([callers], [*plane, "--worker-name", "w1"],
                                        tmp / "w1.log"),
                    "w2": RunningServer([targets], [*plane, "--worker-name", "w2"],
@@ -354,7 +364,7 @@ def split(tmp_path_factory):
                 client = server.http_client()
                 wait_for(lambda: all(client.is_model_ready(m) for m in
                                      ("remote_caller", "add_sub", "repeat")))
-            yield servers
+            yield servers | {"targets": targets}
         finally:
             for server in servers.values():
                 server.stop()
@@ -420,3 +430,37 @@ def test_a_worker_routes_requests_for_models_it_does_not_have_to_the_plane(split
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + x)
     with pytest.raises(InferenceServerException, match="unknown model: 'nope'"):
         split["w1"].http_client().infer("nope", [])
+
+
+def _index(client) -> dict[str, str]:
+    return {m["name"]: m.get("state", "") for m in client.get_model_repository_index()}
+
+
+def test_load_and_unload_through_the_frontend_reach_the_worker_holding_the_model(split):
+    client = split["frontend"].http_client()
+    grpc = split["frontend"].grpc_client()
+    client.unload_model("add_sub")
+    # Answered once w2 has unloaded it and the frontend has read w2's entry again.
+    assert not client.is_model_ready("add_sub")
+    assert _index(client)["add_sub"] == "UNAVAILABLE"
+    with pytest.raises(InferenceServerException, match="unknown model: 'add_sub'") as err:
+        client.infer("add_sub", [])
+    assert err.value.status() == "404"
+    _, info = _call_remote(client, httpclient, "sync")  # BLS to it: not ready anywhere
+    assert info["errors"] and "Model 'add_sub' is not ready" in info["errors"][0]
+    grpc.load_model("add_sub")
+    assert client.is_model_ready("add_sub") and _index(client)["add_sub"] == "READY"
+    y, info = _call_remote(client, httpclient, "sync", np.ones(16, np.float32))
+    assert info["errors"] == [] and (y == 2).all()
+    # A model copied into w2's repository after start-up loads through the frontend.
+    shutil.copytree(ROOT / "models/examples/identity", split["targets"] / "late_identity")
+    config = split["targets"] / "late_identity/config.pbtxt"
+    config.write_text(config.read_text().replace('name: "identity"', 'name: "late_identity"'))
+    client.load_model("late_identity")
+    assert client.is_model_ready("late_identity")
+    assert split["w2"].http_client().is_model_ready("late_identity")
+    with pytest.raises(InferenceServerException, match="failed to load 'nope', failed to "
+                                                       "poll from model repository"):
+        client.load_model("nope")
+    client.unload_model("late_identity")
+    assert not client.is_model_ready("late_identity")

@@ -22,6 +22,7 @@ from pbserve.backend.manager import EXTENSIONS, READY
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.distributed.codec import decode_response, encode_request
+from pbserve.distributed.model_control import PlaneControl
 from pbserve.distributed.registry import Entry, RegistryView
 from pbserve.distributed.request_plane import CANCEL_SUBJECT, REPLY_HEADER, infer_subject
 from pbserve.errors import ErrorCode, ServerError, not_found, unavailable
@@ -41,6 +42,7 @@ class PlaneCore:
         self._js = js
         self._registry = registry
         self._check_s = check_s  # how often a waiting request checks on its worker
+        self.control: PlaneControl | None = None  # the repository API (set by Node)
         # Clients' shared memory is local to a worker's host: refused here.
         self.shared_memory = SharedMemoryManager(RegionMap(), lambda token: None,
                                                  allow_client_shm=False)
@@ -111,11 +113,16 @@ class PlaneCore:
 
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
-        raise unavailable("explicit model load / unload is not supported by a pbserve "
-                          "frontend yet: load the model on a worker")
+        """On the workers whose repository holds the model (model_control.py)."""
+        await self._control().load(name, config, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self.load_model(name)
+        await self._control().unload(name, unload_dependents)
+
+    def _control(self) -> "PlaneControl":
+        if self.control is None:
+            raise unavailable("explicit model load / unload is not supported here")
+        return self.control
 
     def metrics_text(self) -> str:
         return ""

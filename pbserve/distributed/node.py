@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from pbserve.backend.manager import ModelManager
 from pbserve.distributed.frontend import PlaneCore
+from pbserve.distributed.model_control import ControlResponder, PlaneControl
 from pbserve.distributed.remote_models import PlaneModels, RoutingCore
 from pbserve.distributed.registry import Registry, RegistryView, open_bucket
 from pbserve.distributed.request_plane import connect, request_stream
@@ -38,11 +39,13 @@ class Node:
         self.worker = worker
         self.core = core
         self._view = view
+        self._control: ControlResponder | None = None  # a worker's load/unload answers
 
     @classmethod
     async def start(cls, url: str, manager: ModelManager | None, heartbeat_s: float,
-                    name: str = "") -> "Node":
-        """Connect; serve `manager`'s models, or (None) be a frontend."""
+                    name: str = "", control_mode: str = "none") -> "Node":
+        """Connect; serve `manager`'s models, or (None) be a frontend whose repository
+        API (`control_mode` explicit) asks the workers."""
         name = name or default_worker_name()
         nc = await connect(url, f"pbserve {'worker' if manager else 'frontend'} {name}")
         try:
@@ -52,17 +55,23 @@ class Node:
             await view.start()
             plane = PlaneCore(nc, js, view, check_s=heartbeat_s / 2)
             if manager is None:
+                plane.control = PlaneControl(nc, view, control_mode, heartbeat_s / 2)
                 return cls(nc, None, plane, view)
             worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
             manager.route_missing_to(PlaneModels(plane))
+            node = cls(nc, worker, RoutingCore(manager, plane), view)
+            node._control = ControlResponder(manager, nc, name, worker.sync)
             await worker.start()
-            return cls(nc, worker, RoutingCore(manager, plane), view)
+            await node._control.start()
+            return node
         except BaseException:
             await nc.close()
             raise
 
     async def stop_serving(self, grace_s: float) -> None:
         """A worker leaves the registry and finishes its requests (before the models go)."""
+        if self._control is not None:
+            await self._control.stop()
         if self.worker is not None:
             await self.worker.stop(grace_s)
 

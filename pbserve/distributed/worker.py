@@ -91,6 +91,11 @@ class PlaneWorker:
             except (nats.errors.Error, asyncio.TimeoutError) as err:
                 log.warning("worker '%s': registry not refreshed: %s", self.name, err)
 
+    async def sync(self) -> None:
+        """Registry entries and pulls to match the manager's models now (after a load
+        or unload: model_control.py)."""
+        await self._sync()
+
     async def _sync(self) -> None:
         """Registry entries and pulls to match the manager's models now."""
         entries = self._entries()
