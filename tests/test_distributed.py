@@ -341,6 +341,7 @@ def _split_repositories(tmp: Path) -> tuple[Path, Path]:
     shutil.copytree(ROOT / "tests/models/remote_caller", callers / "remote_caller")
     for name in ("add_sub", "repeat"):
         shutil.copytree(ROOT / "models/examples" / name, targets / name)
+    shutil.copytree(ROOT / "tests/models/cancel_probe", targets / "cancel_probe")
     return callers, targets
 
 
@@ -363,7 +364,7 @@ def split(tmp_path_factory):
             for server in servers.values():
                 client = server.http_client()
                 wait_for(lambda: all(client.is_model_ready(m) for m in
-                                     ("remote_caller", "add_sub", "repeat")))
+                                     ("remote_caller", "add_sub", "repeat", "cancel_probe")))
             yield servers | {"targets": targets}
         finally:
             for server in servers.values():
@@ -403,6 +404,38 @@ def test_bls_stream_cancelled_by_the_caller_stops_the_remote_model(split):
     # stream ended with its final response.
     assert 1 <= len(y) < 200
     assert info["responses"] < 200
+
+
+def test_a_cancelled_request_cancels_its_bls_call_on_the_other_worker(split, tmp_path):
+    marker = tmp_path / "bls-cancelled.json"
+    client = split["frontend"].grpc_client()
+    inputs = [grpcclient.InferInput("MODE", [1], "BYTES"),
+              grpcclient.InferInput("X", [16], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([f"probe:{marker}".encode()], dtype=object))
+    inputs[1].set_data_from_numpy(np.zeros(16, np.float32))
+    errors: queue.Queue = queue.Queue()
+    call = client.async_infer("remote_caller", inputs,
+                              callback=lambda result, error: errors.put(error))
+    # Once cancel_probe runs on w2 (called by remote_caller on w1), cancel the client's
+    # call: w1 cancels the BLS call, and the plane takes that to w2's model.
+    wait_for(lambda: _running(split["w2"], "cancel_probe"))
+    call.cancel()
+    assert "CANCELLED" in str(errors.get(timeout=10))
+    wait_for(lambda: marker.exists() and marker.read_text().endswith("}"))
+    assert json.loads(marker.read_text())["cancelled"] is True
+
+
+def _running(server: RunningServer, model: str) -> bool:
+    """Whether `model`'s stub under `server` sleeps in its execute loop."""
+    for pid in _stub_pids(server.pid):
+        with contextlib.suppress(FileNotFoundError):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if model.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/wchan") as f:
+                if f.read() == "hrtimer_nanosleep":
+                    return True
+    return False
 
 
 def test_bls_errors_across_workers_read_as_triton_words_them(split):

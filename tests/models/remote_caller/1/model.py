@@ -3,7 +3,8 @@
 MODE picks the call: "sync" (exec) and "async" (async_exec) ask add_sub for X + X;
 "decoupled" streams repeat over X; "cancel" cancels a long repeat stream after its first
 response; "missing" calls a model nobody serves; "misuse" calls the decoupled repeat
-without decoupled=True. Y is what came back, INFO (JSON) the count and errors seen.
+without decoupled=True; "probe:PATH" calls cancel_probe (which waits to be cancelled and
+writes what it saw to PATH). Y is what came back, INFO (JSON) the count and errors seen.
 """
 
 import json
@@ -27,7 +28,12 @@ class TritonPythonModel:
         x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
         info = {"errors": [], "responses": 0}
         values = []
-        if mode in ("sync", "async", "missing"):
+        if mode.startswith("probe:"):
+            marker = np.array([mode[len("probe:"):].encode()], dtype=object)
+            answers = [pb_utils.InferenceRequest(
+                model_name="cancel_probe", inputs=[pb_utils.Tensor("MARKER", marker)],
+                requested_output_names=["SEEN"]).exec()]
+        elif mode in ("sync", "async", "missing"):
             call = pb_utils.InferenceRequest(
                 model_name="not_served_anywhere" if mode == "missing" else "add_sub",
                 inputs=[pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", x)],
