@@ -9,12 +9,13 @@ models, and a model-less frontend that gets the flags' ports.
 It is what `../shared/conformance/run.py --server-cmd "python scripts/cluster.py"` runs
 (tests/test_conformance_cluster.py). The split puts the models that make BLS calls on
 the first worker and the models they name on the second, so BLS crosses workers; the
-others fill the smaller half. Workers run in explicit mode (a half is loaded with
-`--load-model`) on ports of their own; the frontend gets every flag but the repository
-and `--load-model`, and starts once both workers are ready, so it is ready with every
-model. SIGINT or SIGTERM stops the frontend, then the workers (each unloads its models
-and removes its shared memory), then the nats-server; the exit status is 0 when all of
-them ended on their own. A process that dies on its own stops the rest (status 1).
+others fill the smaller half (the models `--load-model` names in explicit mode, else
+every model). Workers run in explicit mode (a half is loaded with `--load-model`) on
+ports of their own; the frontend gets every flag but the repository and `--load-model`,
+and starts once both workers are ready, so it is ready with every model. SIGINT or
+SIGTERM stops the frontend, then the workers (each unloads its models and removes its
+shared memory), then the nats-server; the exit status is 0 when all of them ended on
+their own. A process that dies on its own stops the rest (status 1).
 `--workers N` runs N workers instead (callers on the first, their targets on the
 second, the rest spread).
 """
@@ -100,8 +101,10 @@ class Cluster:
             raise SystemExit("error: --model-repository is required")
         paths = [Path(r) for r in repos]
         names = scan_repositories(paths).names()
-        wanted = names if "*" in loads else [n for n in loads if n in names] + \
-            [n for n in loads if n not in names]
+        mode = dict(zip(frontend_flags[::2], frontend_flags[1::2])).get(
+            "--model-control-mode", "none")
+        # Every model unless explicit mode names some (as tritonserver loads them).
+        wanted = names if mode != "explicit" or "*" in loads else list(dict.fromkeys(loads))
         self.halves = split_models(paths, wanted, max(1, workers))
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.nats = RunningNats()

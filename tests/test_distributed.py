@@ -497,3 +497,8 @@ def test_load_and_unload_through_the_frontend_reach_the_worker_holding_the_model
         client.load_model("nope")
     client.unload_model("late_identity")
     assert not client.is_model_ready("late_identity")
+
+
+def test_a_frontend_lists_the_repository_extension_it_serves(split):
+    extensions = split["frontend"].http_client().get_server_metadata()["extensions"]
+    assert "model_repository" in extensions and "system_shared_memory" not in extensions

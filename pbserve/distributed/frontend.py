@@ -28,9 +28,9 @@ from pbserve.distributed.request_plane import CANCEL_SUBJECT, REPLY_HEADER, infe
 from pbserve.errors import ErrorCode, ServerError, not_found, unavailable
 from shm.pool import RegionMap
 
-# What a frontend does not do (yet): models and shared memory are the workers'.
-_FRONTEND_EXTENSIONS = [e for e in EXTENSIONS
-                        if e not in ("model_repository", "system_shared_memory")]
+# What a frontend does not do (yet): shared memory is the workers'. The repository
+# extension is there when the workers answer it (model_control.py).
+_FRONTEND_EXTENSIONS = [e for e in EXTENSIONS if e != "system_shared_memory"]
 
 
 class PlaneCore:
@@ -55,7 +55,9 @@ class PlaneCore:
         return self._nc.is_connected
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": "triton", "version": __version__, "extensions": _FRONTEND_EXTENSIONS}
+        extensions = [e for e in _FRONTEND_EXTENSIONS
+                      if e != "model_repository" or self.control is not None]
+        return {"name": "triton", "version": __version__, "extensions": extensions}
 
     def _entry(self, name: str, version: str = "") -> Entry:
         """A ready entry of `name` (holding `version` if one is asked for), with the
