@@ -22,7 +22,6 @@ second, the rest spread).
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import sys
@@ -83,8 +82,8 @@ def split_models(repos: list[Path], names: list[str], workers: int) -> list[list
     halves: list[list[str]] = [[] for _ in range(workers)]
     sources = {name: _sources(repos, name) for name in names}
     callers = [n for n in names if "InferenceRequest(" in sources[n]]
-    named = {m.group(1) for n in callers for m in re.finditer(r"[\"']([^\"']+)[\"']",
-                                                               sources[n])}
+    named = {n for n in names for c in callers
+             if f'"{n}"' in sources[c] or f"'{n}'" in sources[c]}
     targets = [n for n in names if n in named and n not in callers]
     halves[0] += callers
     halves[min(1, workers - 1)] += targets

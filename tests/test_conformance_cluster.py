@@ -27,13 +27,19 @@ CASES = ["add_sub_http", "unknown_model", "grpc_add_sub", "decoupled_stream",
 
 
 @pytest.mark.skipif(not RUNNER.exists(), reason=f"conformance suite not found at {RUNNER}")
-def test_conformance_cases_pass_through_a_two_worker_cluster():
+def test_conformance_cases_pass_through_a_two_worker_cluster(tmp_path):
     cmd = f"{sys.executable} {ROOT / 'scripts' / 'cluster.py'}"
     result = subprocess.run(
-        [sys.executable, str(RUNNER), "--server-cmd", cmd, "--only", ",".join(CASES)],
-        capture_output=True, text=True, timeout=300)
+        [sys.executable, str(RUNNER), "--server-cmd", cmd, "--only", ",".join(CASES),
+         "--keep-logs", str(tmp_path)], capture_output=True, text=True, timeout=300)
     lines = result.stdout.splitlines()
     passed = {line.split()[1] for line in lines if line.startswith("PASS")}
     assert result.returncode == 0, "\n".join(lines[-40:]) + result.stderr[-2000:]
     assert passed == {*CASES, "shutdown", "shm_leak"}
     assert lines[-1] == f"{len(CASES) + 2} passed, 0 failed"
+    # The BLS cases crossed workers: callers on worker1, the models they call on worker2.
+    split = {line.split()[2]: set(line.split(" loads ")[1].split(", "))
+             for line in (tmp_path / "server.log").read_text().splitlines()
+             if line.startswith("# cluster: worker")}
+    assert {"bls_sync", "bls_async", "bls_decoupled", "bls_missing"} <= split["worker1"]
+    assert {"add_sub", "repeat_decoupled"} <= split["worker2"]
