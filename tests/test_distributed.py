@@ -438,6 +438,11 @@ def _running(server: RunningServer, model: str) -> bool:
     return False
 
 
+def test_is_model_ready_in_a_model_sees_the_other_workers_models(split):
+    _, info = _call_remote(split["frontend"].http_client(), httpclient, "ready")
+    assert info["ready"] == [True, False]
+
+
 def test_bls_errors_across_workers_read_as_triton_words_them(split):
     client = split["frontend"].http_client()
     _, info = _call_remote(client, httpclient, "missing")

@@ -308,4 +308,6 @@ class StubCalls:
             log.error("unload requested by a model failed: %s", task.exception())
 
     async def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
-        return await self._manager().model_ready(name, version)
+        if await self._manager().model_ready(name, version):
+            return True
+        return self.remote is not None and await self.remote.model_ready(name, version)

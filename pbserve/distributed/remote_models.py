@@ -26,6 +26,9 @@ class PlaneModels:
     def is_decoupled(self, name: str, version: str = "") -> bool:
         return self._plane.is_decoupled(name, version)
 
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        return await self._plane.model_ready(name, version)
+
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self._plane.infer(request)
 

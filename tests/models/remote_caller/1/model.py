@@ -4,7 +4,8 @@ MODE picks the call: "sync" (exec) and "async" (async_exec) ask add_sub for X + 
 "decoupled" streams repeat over X; "cancel" cancels a long repeat stream after its first
 response; "missing" calls a model nobody serves; "misuse" calls the decoupled repeat
 without decoupled=True; "probe:PATH" calls cancel_probe (which waits to be cancelled and
-writes what it saw to PATH). Y is what came back, INFO (JSON) the count and errors seen.
+writes what it saw to PATH); "ready" asks `is_model_ready` of add_sub and of a model
+nobody serves. Y is what came back, INFO (JSON) the count and errors seen.
 """
 
 import json
@@ -28,7 +29,11 @@ class TritonPythonModel:
         x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
         info = {"errors": [], "responses": 0}
         values = []
-        if mode.startswith("probe:"):
+        if mode == "ready":
+            info["ready"] = [pb_utils.is_model_ready("add_sub"),
+                             pb_utils.is_model_ready("not_served_anywhere")]
+            answers = []
+        elif mode.startswith("probe:"):
             marker = np.array([mode[len("probe:"):].encode()], dtype=object)
             answers = [pb_utils.InferenceRequest(
                 model_name="cancel_probe", inputs=[pb_utils.Tensor("MARKER", marker)],
