@@ -365,18 +365,22 @@ def split(tmp_path_factory):
                 client = server.http_client()
                 wait_for(lambda: all(client.is_model_ready(m) for m in
                                      ("remote_caller", "add_sub", "repeat", "cancel_probe")))
-            yield servers | {"targets": targets}
+            yield servers | {"targets": targets, "plane": plane}
         finally:
             for server in servers.values():
                 server.stop()
 
 
-def _call_remote(client, module, mode: str, x=None):
+def _remote_inputs(module, mode: str, x=None) -> list:
     x = np.arange(16, dtype=np.float32) if x is None else x
     inputs = [module.InferInput("MODE", [1], "BYTES"), module.InferInput("X", [16], "FP32")]
     inputs[0].set_data_from_numpy(np.array([mode.encode()], dtype=object))
     inputs[1].set_data_from_numpy(x)
-    result = client.infer("remote_caller", inputs)
+    return inputs
+
+
+def _call_remote(client, module, mode: str, x=None):
+    result = client.infer("remote_caller", _remote_inputs(module, mode, x))
     return result.as_numpy("Y"), json.loads(result.as_numpy("INFO")[0])
 
 
@@ -409,12 +413,8 @@ def test_bls_stream_cancelled_by_the_caller_stops_the_remote_model(split):
 def test_a_cancelled_request_cancels_its_bls_call_on_the_other_worker(split, tmp_path):
     marker = tmp_path / "bls-cancelled.json"
     client = split["frontend"].grpc_client()
-    inputs = [grpcclient.InferInput("MODE", [1], "BYTES"),
-              grpcclient.InferInput("X", [16], "FP32")]
-    inputs[0].set_data_from_numpy(np.array([f"probe:{marker}".encode()], dtype=object))
-    inputs[1].set_data_from_numpy(np.zeros(16, np.float32))
     errors: queue.Queue = queue.Queue()
-    call = client.async_infer("remote_caller", inputs,
+    call = client.async_infer("remote_caller", _remote_inputs(grpcclient, f"probe:{marker}"),
                               callback=lambda result, error: errors.put(error))
     # Once cancel_probe runs on w2 (called by remote_caller on w1), cancel the client's
     # call: w1 cancels the BLS call, and the plane takes that to w2's model.
@@ -441,6 +441,32 @@ def _running(server: RunningServer, model: str) -> bool:
 def test_is_model_ready_in_a_model_sees_the_other_workers_models(split):
     _, info = _call_remote(split["frontend"].http_client(), httpclient, "ready")
     assert info["ready"] == [True, False]
+
+
+def test_a_bls_call_to_a_killed_worker_fails_unavailable_naming_it(split, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "tests/models/cancel_probe", repo / "doomed_probe")
+    config = repo / "doomed_probe/config.pbtxt"
+    config.write_text(config.read_text().replace('"cancel_probe"', '"doomed_probe"'))
+    w3 = RunningServer([repo], [*split["plane"], "--worker-name", "w3"], tmp_path / "w3.log")
+    try:
+        w3.wait_ready()
+        client = split["frontend"].http_client(network_timeout=60)
+        wait_for(lambda: client.is_model_ready("doomed_probe"))
+        pending = client.async_infer("remote_caller", _remote_inputs(
+            httpclient, f"doomed:{tmp_path / 'marker'}"))
+        wait_for(lambda: _running(w3, "doomed_probe"))
+        stubs = _stub_pids(w3.pid)
+        os.kill(w3.pid, signal.SIGKILL)
+        w3.proc.wait(10)
+        info = json.loads(pending.get_result().as_numpy("INFO")[0])
+        assert len(info["errors"]) == 1
+        assert "worker 'w3' serving model 'doomed_probe' is gone" in info["errors"][0]
+    finally:
+        w3.stop()
+    # Its stub exits once execute ends (it sees its parent gone).
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs), timeout=30)
+    sweep_dead_owners()
 
 
 def test_bls_errors_across_workers_read_as_triton_words_them(split):

@@ -4,7 +4,7 @@ MODE picks the call: "sync" (exec) and "async" (async_exec) ask add_sub for X + 
 "decoupled" streams repeat over X; "cancel" cancels a long repeat stream after its first
 response; "missing" calls a model nobody serves; "misuse" calls the decoupled repeat
 without decoupled=True; "probe:PATH" calls cancel_probe (which waits to be cancelled and
-writes what it saw to PATH); "ready" asks `is_model_ready` of add_sub and of a model
+writes what it saw to PATH), "doomed:PATH" the same of doomed_probe; "ready" asks `is_model_ready` of add_sub and of a model
 nobody serves. Y is what came back, INFO (JSON) the count and errors seen.
 """
 
@@ -33,10 +33,12 @@ class TritonPythonModel:
             info["ready"] = [pb_utils.is_model_ready("add_sub"),
                              pb_utils.is_model_ready("not_served_anywhere")]
             answers = []
-        elif mode.startswith("probe:"):
-            marker = np.array([mode[len("probe:"):].encode()], dtype=object)
+        elif mode.startswith(("probe:", "doomed:")):
+            target, path = mode.split(":", 1)
+            marker = np.array([path.encode()], dtype=object)
             answers = [pb_utils.InferenceRequest(
-                model_name="cancel_probe", inputs=[pb_utils.Tensor("MARKER", marker)],
+                model_name="cancel_probe" if target == "probe" else "doomed_probe",
+                inputs=[pb_utils.Tensor("MARKER", marker)],
                 requested_output_names=["SEEN"]).exec()]
         elif mode in ("sync", "async", "missing"):
             call = pb_utils.InferenceRequest(
