@@ -22,15 +22,22 @@ second, the rest spread).
 
 from __future__ import annotations
 
+import ctypes
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 from pbserve.backend.repository import scan_repositories
-from pbserve.testing import RunningNats, free_ports
+from pbserve.distributed.nats_server import nats_server_path
+from pbserve.testing import free_ports
+
+PR_SET_PDEATHSIG = 1
 
 # Flags only the frontend gets (the client-facing ports), and flags the script takes
 # apart itself: each takes one value.
@@ -66,6 +73,48 @@ def take_flags(argv: list[str]) -> tuple[list[str], list[str], list[str], list[s
             common.append(argv[i])
         i += 1
     return repos, loads, frontend, common, workers
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: SIGTERM when this script ends, however it ends."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Nats:
+    """nats-server with JetStream on a free loopback port, its store in a temporary
+    directory; in its own session (a terminal's Ctrl-C leaves it to the script)."""
+
+    def __init__(self) -> None:
+        (self.port,) = free_ports(1)
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self._store = tempfile.mkdtemp(prefix="pbserve-cluster-nats-")
+        self.proc = subprocess.Popen(
+            [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd",
+             self._store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=die_with_parent)
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"nats-server exited with status {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"nats-server not listening after {timeout} s") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        shutil.rmtree(self._store, ignore_errors=True)
 
 
 def _sources(repos: list[Path], model: str) -> str:
@@ -106,10 +155,22 @@ class Cluster:
         wanted = names if mode != "explicit" or "*" in loads else list(dict.fromkeys(loads))
         self.halves = split_models(paths, wanted, max(1, workers))
         self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.nats = RunningNats()
-        self.nats.wait_ready()
-        pbserve = [sys.executable, "-m", "pbserve", "--request-plane", self.nats.url]
-        self._worker_ports = []
+        self.nats = Nats()
+        self._worker_ports: list[int] = []
+        try:
+            self.nats.wait_ready()
+            self._start_workers(repos, common)
+        except BaseException:
+            self.stop()
+            raise
+        self._frontend_cmd = [*self._pbserve, *frontend_flags, *common]
+
+    @property
+    def _pbserve(self) -> list[str]:
+        return [sys.executable, "-m", "pbserve", "--request-plane", self.nats.url]
+
+    def _start_workers(self, repos: list[str], common: list[str]) -> None:
+        pbserve = self._pbserve
         for index, half in enumerate(self.halves):
             http, grpc, metrics = free_ports(3)
             self._worker_ports.append(http)
@@ -120,8 +181,8 @@ class Cluster:
                    *[a for n in half for a in ("--load-model", n)], *common]
             print(f"# cluster: worker{index + 1} loads {', '.join(half) or 'nothing'}",
                   flush=True)
-            self.procs.append((f"worker{index + 1}", subprocess.Popen(cmd)))
-        self._frontend_cmd = [*pbserve, *frontend_flags, *common]
+            self.procs.append((f"worker{index + 1}",
+                               subprocess.Popen(cmd, preexec_fn=die_with_parent)))
 
     def wait_workers_ready(self, stopping: threading.Event) -> bool:
         import urllib.request
@@ -141,7 +202,8 @@ class Cluster:
         return not stopping.is_set()
 
     def start_frontend(self) -> None:
-        self.procs.insert(0, ("frontend", subprocess.Popen(self._frontend_cmd)))
+        self.procs.insert(0, ("frontend", subprocess.Popen(self._frontend_cmd,
+                                                           preexec_fn=die_with_parent)))
 
     def died(self) -> str | None:
         return next((name for name, proc in self.procs if proc.poll() is not None), None)

@@ -1,5 +1,5 @@
-"""scripts/cluster.py: how it splits a repository between workers, and that SIGTERM
-leaves nothing behind (the conformance run checks SIGINT: test_conformance_cluster.py)."""
+"""scripts/cluster.py: how it splits a repository between workers, and that SIGTERM or
+SIGKILL leaves nothing behind (the conformance run checks SIGINT: test_conformance_cluster.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 
 from pbserve.testing import free_ports
@@ -62,7 +63,10 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_sigterm_stops_the_frontend_workers_and_nats_server(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_to_the_script_stops_the_frontend_workers_and_nats_server(tmp_path, sig):
+    """SIGTERM: an orderly stop, status 0. SIGKILL: each process gets SIGTERM from the
+    kernel as the script dies (PR_SET_PDEATHSIG) and stops on its own."""
     repo = tmp_path / "repo"
     for name in ("add_sub", "identity", "bls_pipeline"):
         shutil.copytree(ROOT / "models/examples" / name, repo / name)
@@ -93,9 +97,12 @@ def test_sigterm_stops_the_frontend_workers_and_nats_server(tmp_path):
         # bls_pipeline on one worker calls add_sub and identity on the other.
         result = client.infer("bls_pipeline", [tensor])
         np.testing.assert_allclose(result.as_numpy("OUTPUT"), 3 * (x - x.mean()))
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, output()
-        assert not [p for p in children if os.path.exists(f"/proc/{p}")]
+        proc.send_signal(sig)
+        assert proc.wait(60) == (0 if sig == signal.SIGTERM else -signal.SIGKILL), output()
+        deadline = time.monotonic() + 60
+        while [p for p in children if os.path.exists(f"/proc/{p}")]:
+            assert time.monotonic() < deadline, "the cluster's processes outlived it"
+            time.sleep(0.1)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
