@@ -82,7 +82,7 @@ def main() -> None:
             ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
              f"-m identity_fp32 -i {args.protocol} -u 127.0.0.1:{port} --shape INPUT0:16 "
              f"--concurrency-range {args.concurrency} --measurement-interval {window_ms} "
-             f"-s 999 --max-trials 1"],
+             f"-s 999"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(3)
         data = str(work / "perf.data")

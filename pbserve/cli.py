@@ -243,11 +243,12 @@ async def serve(args: argparse.Namespace) -> int:
             try:
                 node = await Node.start(args.request_plane, manager,
                                         args.plane_heartbeat_secs, args.worker_name,
-                                        ConnectionOptions.from_args(args))
+                                        ConnectionOptions.from_args(args),
+                                        args.model_control_mode)
             except PlaneConnectError as exc:
                 log.error("%s", exc)
                 return 1
-            core = core or node.core
+            core = node.core  # a worker's: its models, and the plane's for the others
         assert core is not None
         if args.allow_http:
             servers.append(await start_http_server(core, args.http_address, args.http_port,

@@ -323,3 +323,213 @@ def test_a_request_whose_timeout_passes_in_the_plane_fails_and_is_never_run(plan
     client.infer("sleepy", [_sleepy_input(httpclient, 0)])
     client.infer("sleepy", [_sleepy_input(httpclient, 0)])
     assert _successes(plane, "sleepy") == before + 4
+
+
+# -- BLS across workers: remote_caller on w1 calls add_sub and repeat, served by w2 only --
+
+def test_a_frontend_not_in_explicit_mode_refuses_load_and_unload(plane):
+    client = plane.frontend.http_client()
+    for call in (client.load_model, client.unload_model):
+        with pytest.raises(InferenceServerException, match="not allowed if model control "
+                                                           "mode is not EXPLICIT"):
+            call("sleepy")
+    assert client.is_model_ready("sleepy")
+
+
+def _split_repositories(tmp: Path) -> tuple[Path, Path]:
+    callers, targets = tmp / "callers", tmp / "targets"
+    shutil.copytree(ROOT / "tests/models/remote_caller", callers / "remote_caller")
+    for name in ("add_sub", "repeat"):
+        shutil.copytree(ROOT / "models/examples" / name, targets / name)
+    shutil.copytree(ROOT / "tests/models/cancel_probe", targets / "cancel_probe")
+    return callers, targets
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """w1 serves remote_caller, w2 the models it calls; and a frontend."""
+    tmp = tmp_path_factory.mktemp("split")
+    callers, targets = _split_repositories(tmp)
+    with running_nats(tmp / "nats.log") as nats:
+        plane = ["--request-plane", nats.url, "--plane-heartbeat-secs", str(HEARTBEAT_S),
+                 "--model-control-mode", "explicit", "--load-model", "*"]
+        servers = {"w1": RunningServer([callers], [*plane, "--worker-name", "w1"],
+                                       tmp / "w1.log"),
+                   "w2": RunningServer([targets], [*plane, "--worker-name", "w2"],
+                                       tmp / "w2.log"),
+                   "frontend": RunningServer([], plane, tmp / "frontend.log")}
+        try:
+            for server in servers.values():
+                server.wait_ready()
+            for server in servers.values():
+                client = server.http_client()
+                wait_for(lambda: all(client.is_model_ready(m) for m in
+                                     ("remote_caller", "add_sub", "repeat", "cancel_probe")))
+            yield servers | {"targets": targets, "plane": plane}
+        finally:
+            for server in servers.values():
+                server.stop()
+
+
+def _remote_inputs(module, mode: str, x=None) -> list:
+    x = np.arange(16, dtype=np.float32) if x is None else x
+    inputs = [module.InferInput("MODE", [1], "BYTES"), module.InferInput("X", [16], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([mode.encode()], dtype=object))
+    inputs[1].set_data_from_numpy(x)
+    return inputs
+
+
+def _call_remote(client, module, mode: str, x=None):
+    result = client.infer("remote_caller", _remote_inputs(module, mode, x))
+    return result.as_numpy("Y"), json.loads(result.as_numpy("INFO")[0])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bls_exec_reaches_a_model_served_only_by_another_worker(split, mode, protocol):
+    client = getattr(split["frontend"], f"{protocol}_client")()
+    module = httpclient if protocol == "http" else grpcclient
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    y, info = _call_remote(client, module, mode, x)
+    assert info == {"errors": [], "responses": 1}
+    np.testing.assert_array_equal(y, x + x)
+
+
+def test_bls_decoupled_stream_from_another_worker_yields_every_response(split):
+    y, info = _call_remote(split["frontend"].http_client(), httpclient, "decoupled")
+    # 16 responses, then the flag-only final one (as Triton's iterator yields it).
+    assert info == {"errors": [], "responses": 17}
+    np.testing.assert_array_equal(y, np.arange(16, dtype=np.float32))
+
+
+def test_bls_stream_cancelled_by_the_caller_stops_the_remote_model(split):
+    y, info = _call_remote(split["frontend"].http_client(), httpclient, "cancel")
+    # The remote model saw the cancellation (it sends 200 responses otherwise) and the
+    # stream ended with its final response.
+    assert 1 <= len(y) < 200
+    assert info["responses"] < 200
+
+
+def test_a_cancelled_request_cancels_its_bls_call_on_the_other_worker(split, tmp_path):
+    marker = tmp_path / "bls-cancelled.json"
+    client = split["frontend"].grpc_client()
+    errors: queue.Queue = queue.Queue()
+    call = client.async_infer("remote_caller", _remote_inputs(grpcclient, f"probe:{marker}"),
+                              callback=lambda result, error: errors.put(error))
+    # Once cancel_probe runs on w2 (called by remote_caller on w1), cancel the client's
+    # call: w1 cancels the BLS call, and the plane takes that to w2's model.
+    wait_for(lambda: _running(split["w2"], "cancel_probe"))
+    call.cancel()
+    assert "CANCELLED" in str(errors.get(timeout=10))
+    wait_for(lambda: marker.exists() and marker.read_text().endswith("}"))
+    assert json.loads(marker.read_text())["cancelled"] is True
+
+
+def _running(server: RunningServer, model: str) -> bool:
+    """Whether `model`'s stub under `server` sleeps in its execute loop."""
+    for pid in _stub_pids(server.pid):
+        with contextlib.suppress(FileNotFoundError):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if model.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/wchan") as f:
+                if f.read() == "hrtimer_nanosleep":
+                    return True
+    return False
+
+
+def test_is_model_ready_in_a_model_sees_the_other_workers_models(split):
+    _, info = _call_remote(split["frontend"].http_client(), httpclient, "ready")
+    assert info["ready"] == [True, False]
+
+
+def test_a_bls_call_to_a_killed_worker_fails_unavailable_naming_it(split, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "tests/models/cancel_probe", repo / "doomed_probe")
+    config = repo / "doomed_probe/config.pbtxt"
+    config.write_text(config.read_text().replace('"cancel_probe"', '"doomed_probe"'))
+    w3 = RunningServer([repo], [*split["plane"], "--worker-name", "w3"], tmp_path / "w3.log")
+    try:
+        w3.wait_ready()
+        client = split["frontend"].http_client(network_timeout=60)
+        wait_for(lambda: client.is_model_ready("doomed_probe"))
+        pending = client.async_infer("remote_caller", _remote_inputs(
+            httpclient, f"doomed:{tmp_path / 'marker'}"))
+        wait_for(lambda: _running(w3, "doomed_probe"))
+        stubs = _stub_pids(w3.pid)
+        os.kill(w3.pid, signal.SIGKILL)
+        w3.proc.wait(10)
+        info = json.loads(pending.get_result().as_numpy("INFO")[0])
+        assert len(info["errors"]) == 1
+        assert "worker 'w3' serving model 'doomed_probe' is gone" in info["errors"][0]
+    finally:
+        w3.stop()
+    # Its stub exits once execute ends (it sees its parent gone).
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs), timeout=30)
+    sweep_dead_owners()
+
+
+def test_bls_errors_across_workers_read_as_triton_words_them(split):
+    client = split["frontend"].http_client()
+    _, info = _call_remote(client, httpclient, "missing")
+    # As a local call to an unknown model (tests/test_compat.py).
+    assert info["errors"] == [
+        "Model not_served_anywhere - Error when running inference: Failed for execute "
+        "the inference request. Model 'not_served_anywhere' is not ready."]
+    _, info = _call_remote(client, httpclient, "misuse")
+    assert len(info["errors"]) == 1
+    assert "Model repeat is using the decoupled" in info["errors"][0]
+
+
+def test_a_worker_routes_requests_for_models_it_does_not_have_to_the_plane(split):
+    # w1 has only remote_caller: add_sub (w2's) through w1's own HTTP and gRPC.
+    x = np.ones(16, np.float32)
+    for module, client in ((httpclient, split["w1"].http_client()),
+                           (grpcclient, split["w1"].grpc_client())):
+        inputs = [module.InferInput(n, [16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(x)
+        assert client.get_model_metadata("add_sub")
+        result = client.infer("add_sub", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + x)
+    with pytest.raises(InferenceServerException, match="unknown model: 'nope'"):
+        split["w1"].http_client().infer("nope", [])
+
+
+def _index(client) -> dict[str, str]:
+    return {m["name"]: m.get("state", "") for m in client.get_model_repository_index()}
+
+
+def test_load_and_unload_through_the_frontend_reach_the_worker_holding_the_model(split):
+    client = split["frontend"].http_client()
+    grpc = split["frontend"].grpc_client()
+    client.unload_model("add_sub")
+    # Answered once w2 has unloaded it and the frontend has read w2's entry again.
+    assert not client.is_model_ready("add_sub")
+    assert _index(client)["add_sub"] == "UNAVAILABLE"
+    with pytest.raises(InferenceServerException, match="unknown model: 'add_sub'") as err:
+        client.infer("add_sub", [])
+    assert err.value.status() == "404"
+    _, info = _call_remote(client, httpclient, "sync")  # BLS to it: not ready anywhere
+    assert info["errors"] and "Model 'add_sub' is not ready" in info["errors"][0]
+    grpc.load_model("add_sub")
+    assert client.is_model_ready("add_sub") and _index(client)["add_sub"] == "READY"
+    y, info = _call_remote(client, httpclient, "sync", np.ones(16, np.float32))
+    assert info["errors"] == [] and (y == 2).all()
+    # A model copied into w2's repository after start-up loads through the frontend.
+    shutil.copytree(ROOT / "models/examples/identity", split["targets"] / "late_identity")
+    config = split["targets"] / "late_identity/config.pbtxt"
+    config.write_text(config.read_text().replace('name: "identity"', 'name: "late_identity"'))
+    client.load_model("late_identity")
+    assert client.is_model_ready("late_identity")
+    assert split["w2"].http_client().is_model_ready("late_identity")
+    with pytest.raises(InferenceServerException, match="failed to load 'nope', failed to "
+                                                       "poll from model repository"):
+        client.load_model("nope")
+    client.unload_model("late_identity")
+    assert not client.is_model_ready("late_identity")
+
+
+def test_a_frontend_lists_the_repository_extension_it_serves(split):
+    extensions = split["frontend"].http_client().get_server_metadata()["extensions"]
+    assert "model_repository" in extensions and "system_shared_memory" not in extensions

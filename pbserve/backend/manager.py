@@ -29,6 +29,7 @@ from pbserve.backend.outage import RESTART_WAIT_S
 from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository import (
     check_model_name, find_model, scan_repositories, served_versions)
+from pbserve.backend.remote_calls import RemoteModels
 from pbserve.backend.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.stub_calls import StubCalls
@@ -114,6 +115,7 @@ class ModelManager:
         sizes = self.config_sources.shm_sizes
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)
+        self._calls.blocks = self._refs
         self._upkeep.start(self._pool)
         self._live = True
         names = self._startup_names()
@@ -136,6 +138,11 @@ class ModelManager:
         if self.control_mode != "explicit" or "*" in self.startup_models:
             return list(scanned.models)
         return list(dict.fromkeys(self.startup_models))
+
+    def route_missing_to(self, remote: RemoteModels) -> None:
+        """BLS calls to models not loaded here go to `remote` (other processes' models,
+        remote_calls.py); set by the layer above, which the backend never imports."""
+        self._calls.remote = remote
 
     def begin_stop(self) -> None:
         """Shutdown has begun: requests in flight go on, but no stub that dies from now on

@@ -5,13 +5,16 @@
 A BLS call goes through the target model's scheduler, the same one clients use. Its
 input tensors stay where the calling stub put them (descriptors are passed on), and the
 target's outputs go back as descriptors: a tensor crosses A -> B -> A without a copy
-between processes. The parent holds each answered response under a token until the
-caller says (BLS_RELEASE) that it no longer views its outputs, or the caller dies.
+between processes. A model not loaded here goes to `remote` when the layer above set one
+(remote_calls.py: another process's model, the same API for the caller). The parent
+holds each answered response under a token until the caller says (BLS_RELEASE) that it
+no longer views its outputs, or the caller dies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import json
@@ -20,11 +23,14 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from pbserve.backend import metrics
 from pbserve.backend.custom_metrics import CustomMetrics
+from pbserve.backend.remote_calls import in_parent_blocks
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
 
 if TYPE_CHECKING:
     from pbserve.backend.api import InferenceCore
+    from pbserve.backend.block_refs import BlockRefs
+    from pbserve.backend.remote_calls import RemoteModels
     from pbserve.backend.instance import ModelInstance
     from pbserve.backend.model import Model
     from pbserve.backend.pending import PendingRequest
@@ -44,9 +50,13 @@ class StubCalls:
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
         # (caller, call_id) -> keys of the caller's requests the call still serves
         self._serving: dict[tuple[int, int], set[int]] = {}
-        # (caller, call_id) -> the model and request of a streamed call, once queued;
-        # None: cancelled (ResponseIterator.cancel) before it was queued
-        self._streams: dict[tuple[int, int], tuple["Model", "PendingRequest"] | None] = {}
+        # (caller, call_id) -> what asks a streamed call's callee to cancel, once it is
+        # queued; None: cancelled (ResponseIterator.cancel) before it was queued
+        self._streams: dict[tuple[int, int], Callable[[], None] | None] = {}
+        # Models served by other processes, and the parent's blocks their outputs are
+        # copied into (both set by the manager's owner, remote_calls.py).
+        self.remote: "RemoteModels | None" = None
+        self.blocks: "BlockRefs | None" = None
         self._handlers: dict[str, Callable[..., Awaitable[None]]] = {"bls": self._bls}
         self._control = control
         self._background: set[asyncio.Task] = set()
@@ -81,10 +91,9 @@ class StubCalls:
         """CALL_CANCEL, `ResponseIterator.cancel()`: as in Triton, the callee is asked to
         stop and the stream goes on until the callee's final flag."""
         key = (id(caller), call_id)
-        stream = self._streams.get(key)
-        if stream is not None:
-            model, pending = stream
-            model.ask_to_cancel(pending)
+        ask_to_cancel = self._streams.get(key)
+        if ask_to_cancel is not None:
+            ask_to_cancel()
         elif key in self._tasks:  # not queued yet: asked as soon as it is
             self._streams[key] = None
 
@@ -133,6 +142,9 @@ class StubCalls:
         self_call = False
         try:
             model = self._ready_model(model_name, version, decoupled)
+            if model is None:  # served by another process
+                await self._remote_bls(caller, call_id, request, decoupled)
+                return
             self_call = caller in model.instances
             if self_call:
                 caller.self_calls += 1
@@ -141,7 +153,7 @@ class StubCalls:
                 def queued(pending: "PendingRequest") -> None:
                     key = (id(caller), call_id)
                     cancelled = key in self._streams
-                    self._streams[key] = (model, pending)
+                    self._streams[key] = lambda: model.ask_to_cancel(pending)
                     if cancelled:
                         model.ask_to_cancel(pending)
 
@@ -172,22 +184,51 @@ class StubCalls:
             if self_call:
                 caller.self_calls -= 1
 
-    def _ready_model(self, name: str, version: str, decoupled: bool) -> "Model":
-        """The model a BLS call goes to, refused as Triton refuses it."""
+    def _ready_model(self, name: str, version: str, decoupled: bool) -> "Model | None":
+        """The model a BLS call goes to (None: the remote one), refused as Triton
+        refuses it."""
         try:  # a loaded model whose stub restarts takes the call: it waits for the stub
             model = self._find_model(name, version)
         except ServerError:
             model = None
-        if model is None:
-            raise ServerError(ErrorCode.INTERNAL, "Failed for execute the inference request. "
-                              f"Model '{name}' is not ready.")
-        if model.decoupled and not decoupled:
+        if model is not None:
+            target_decoupled = model.decoupled
+        else:
+            try:  # another process's model, when the layer above knows of one
+                if self.remote is None:
+                    raise ServerError(ErrorCode.NOT_FOUND, name)
+                target_decoupled = self.remote.is_decoupled(name, version)
+            except ServerError:
+                raise ServerError(ErrorCode.INTERNAL, "Failed for execute the inference "
+                                  f"request. Model '{name}' is not ready.") from None
+        if target_decoupled and not decoupled:
             raise ServerError(ErrorCode.INVALID_ARG, (
                 f"Model {name} is using the decoupled. The current BLS request call doesn't "
                 "support models using the decoupled transaction policy. Please use "
                 "'decoupled=True' argument to the 'exec' or 'async_exec' calls for "
                 "decoupled models.'"))
         return model
+
+    async def _remote_bls(self, caller: "ModelInstance", call_id: int,
+                          request: InferRequest, decoupled: bool) -> None:
+        """A BLS call to another process's model (`remote`); its outputs are copied into
+        the parent's pool for the caller."""
+        assert self.remote is not None and self.blocks is not None
+        if not decoupled:
+            response = await self.remote.infer(request)
+            caller.reply(call_id, None, self._answer(
+                caller, in_parent_blocks(response, self.blocks)))
+            return
+        key = (id(caller), call_id)
+        stream = self.remote.stream_infer(request)
+        cancelled = key in self._streams
+        self._streams[key] = stream.ask_to_cancel
+        if cancelled:
+            stream.ask_to_cancel()
+        async with contextlib.aclosing(stream):
+            async for response in stream:
+                caller.reply_item(call_id, self._answer(
+                    caller, in_parent_blocks(response, self.blocks)), response.final)
 
     def _answer(self, caller: "ModelInstance", response: InferResponse) -> tuple:
         if response.error is not None:
@@ -267,4 +308,6 @@ class StubCalls:
             log.error("unload requested by a model failed: %s", task.exception())
 
     async def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
-        return await self._manager().model_ready(name, version)
+        if await self._manager().model_ready(name, version):
+            return True
+        return self.remote is not None and await self.remote.model_ready(name, version)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import nats.errors
 from nats.aio.client import Client
@@ -25,6 +25,7 @@ from pbserve.backend.manager import EXTENSIONS, READY
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.distributed.codec import decode_response, encode_request
+from pbserve.distributed.model_control import PlaneControl
 from pbserve.distributed.registry import Entry, RegistryView
 from pbserve.distributed.request_plane import (
     CANCEL_SUBJECT, REPLY_HEADER, Plane, infer_subject)
@@ -32,9 +33,9 @@ from pbserve.distributed.statistics import gather
 from pbserve.errors import ErrorCode, ServerError, not_found, unavailable
 from shm.pool import RegionMap
 
-# What a frontend does not do (yet): models and shared memory are the workers'.
-_FRONTEND_EXTENSIONS = [e for e in EXTENSIONS
-                        if e not in ("model_repository", "system_shared_memory")]
+# What a frontend does not do (yet): shared memory is the workers'. The repository
+# extension is there when the workers answer it (model_control.py).
+_FRONTEND_EXTENSIONS = [e for e in EXTENSIONS if e != "system_shared_memory"]
 
 
 class PlaneCore:
@@ -47,6 +48,7 @@ class PlaneCore:
         self._js = js
         self._registry = registry
         self._check_s = check_s  # how often a waiting request checks on its worker
+        self.control: PlaneControl | None = None  # the repository API (set by Node)
         # Clients' shared memory is local to a worker's host: refused here.
         self.shared_memory = SharedMemoryManager(RegionMap(), lambda token: None,
                                                  allow_client_shm=False)
@@ -59,7 +61,9 @@ class PlaneCore:
         return self._nc.is_connected
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": "triton", "version": __version__, "extensions": _FRONTEND_EXTENSIONS}
+        extensions = [e for e in _FRONTEND_EXTENSIONS
+                      if e != "model_repository" or self.control is not None]
+        return {"name": "triton", "version": __version__, "extensions": extensions}
 
     def _entry(self, name: str, version: str = "") -> Entry:
         """A ready entry of `name` (holding `version` if one is asked for), with the
@@ -118,11 +122,16 @@ class PlaneCore:
 
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
-        raise unavailable("explicit model load / unload is not supported by a pbserve "
-                          "frontend yet: load the model on a worker")
+        """On the workers whose repository holds the model (model_control.py)."""
+        await self._control().load(name, config, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self.load_model(name)
+        await self._control().unload(name, unload_dependents)
+
+    def _control(self) -> "PlaneControl":
+        if self.control is None:
+            raise unavailable("explicit model load / unload is not supported here")
+        return self.control
 
     async def model_statistics(self, name: str, version: str = "") -> list[dict[str, Any]]:
         """Triton's statistics extension: the model's figures summed over the workers
@@ -145,10 +154,19 @@ class PlaneCore:
                 return response
         raise ServerError(ErrorCode.INTERNAL, "no response from the worker")
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """Refuses an unknown model or a bad request at once, as the local manager."""
+    def stream_infer(self, request: InferRequest,
+                     on_inbox: Callable[[str], None] | None = None
+                     ) -> AsyncIterator[InferResponse]:
+        """Refuses an unknown model or a bad request at once, as the local manager.
+        `on_inbox` gets the request's inbox once it is sent (for `ask_to_cancel`)."""
         return self._call(request.model_name, self._encode(request, stream=True),
-                          request.timeout_us)
+                          request.timeout_us, on_inbox)
+
+    async def ask_to_cancel(self, inbox: str) -> None:
+        """Cancel the request of `inbox` while its caller reads on: the worker passes the
+        cancellation to the model and ends the stream with a CANCELLED response."""
+        with contextlib.suppress(nats.errors.Error):
+            await self._nc.publish(CANCEL_SUBJECT, inbox.encode())
 
     def _encode(self, request: InferRequest, stream: bool) -> bytes:
         self._check_plane(request.model_name)  # first: the registry empties while away
@@ -164,7 +182,8 @@ class PlaneCore:
                               f"plane, not done yet)")
         return payload
 
-    async def _call(self, model: str, payload: bytes, timeout_us: int = 0
+    async def _call(self, model: str, payload: bytes, timeout_us: int = 0,
+                    on_inbox: Callable[[str], None] | None = None
                     ) -> AsyncIterator[InferResponse]:
         """Publish the request, then yield its responses until the final one. A request
         no worker took within its `timeout_us` fails as a queued one does locally."""
@@ -173,6 +192,8 @@ class PlaneCore:
         losses = self._plane.losses if self._plane is not None else 0
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
+        if on_inbox is not None:
+            on_inbox(inbox)
         worker, done = "", False
         try:
             try:

@@ -2,7 +2,9 @@
 
 `pbserve --request-plane URL --model-repository REPO` is a worker (its models served to
 the plane, and its own HTTP/gRPC as before); with no repository it is a frontend whose
-InferenceCore is the plane (frontend.py).
+InferenceCore is the plane (frontend.py). A worker reaches the models it does not have
+through the plane too (remote_models.py): from its HTTP/gRPC and from its models' BLS
+calls.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from nats.js import JetStreamContext
 
 from pbserve.backend.manager import ModelManager
 from pbserve.distributed.frontend import PlaneCore
+from pbserve.distributed.model_control import ControlResponder, PlaneControl
+from pbserve.distributed.remote_models import PlaneModels, RoutingCore
 from pbserve.distributed.registry import Registry, RegistryView, open_bucket
 from pbserve.distributed.request_plane import ConnectionOptions, Plane, request_stream
 from pbserve.distributed.worker import PlaneWorker
@@ -27,18 +31,21 @@ def default_worker_name() -> str:
 
 
 class Node:
-    def __init__(self, plane: Plane, worker: PlaneWorker | None, core: PlaneCore | None,
-                 view: RegistryView | None) -> None:
+    def __init__(self, plane: Plane, worker: PlaneWorker | None,
+                 core: PlaneCore | RoutingCore | None, view: RegistryView | None) -> None:
         self._plane = plane
         self.worker = worker
         self.core = core
         self._view = view
+        self._control: ControlResponder | None = None  # a worker's load/unload answers
 
     @classmethod
     async def start(cls, url: str, manager: ModelManager | None, heartbeat_s: float,
-                    name: str = "", options: ConnectionOptions | None = None) -> "Node":
+                    name: str = "", options: ConnectionOptions | None = None,
+                    control_mode: str = "none") -> "Node":
         """Connect (PlaneConnectError if that fails); serve `manager`'s models, or
-        (None) be a frontend."""
+        (None) be a frontend whose repository API (`control_mode` explicit) asks the
+        workers."""
         name = name or default_worker_name()
         plane = Plane(url)
         await plane.connect(f"pbserve {'worker' if manager else 'frontend'} {name}", options)
@@ -47,22 +54,29 @@ class Node:
         try:
             js = await request_stream(nc)
             kv = await open_bucket(js, ttl_s)
-            if manager is not None:
-                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
-                await worker.start()
-                plane.on_reconnect(lambda: _restore_worker(js, ttl_s, worker))
-                return cls(plane, worker, None, None)
             view = RegistryView(kv, ttl_s=ttl_s)
             await view.start()
-            plane.on_reconnect(lambda: _restore_view(js, ttl_s, view))
             core = PlaneCore(nc, js, view, check_s=heartbeat_s / 2, plane=plane)
-            return cls(plane, None, core, view)
+            if manager is None:
+                core.control = PlaneControl(nc, view, control_mode, heartbeat_s / 2)
+                plane.on_reconnect(lambda: _restore_view(js, ttl_s, view))
+                return cls(plane, None, core, view)
+            worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
+            manager.route_missing_to(PlaneModels(core))
+            node = cls(plane, worker, RoutingCore(manager, core), view)
+            node._control = ControlResponder(manager, nc, name, worker.sync)
+            await worker.start()
+            await node._control.start()
+            plane.on_reconnect(lambda: _restore_worker(js, ttl_s, worker, view))
+            return node
         except BaseException:
             await plane.close()
             raise
 
     async def stop_serving(self, grace_s: float) -> None:
         """A worker leaves the registry and finishes its requests (before the models go)."""
+        if self._control is not None:
+            await self._control.stop()
         if self.worker is not None:
             await self.worker.stop(grace_s)
 
@@ -72,10 +86,13 @@ class Node:
         await self._plane.close()
 
 
-async def _restore_worker(js: JetStreamContext, ttl_s: float, worker: PlaneWorker) -> None:
-    """After a reconnection: the bucket again, this worker's entries in it at once."""
+async def _restore_worker(js: JetStreamContext, ttl_s: float, worker: PlaneWorker,
+                          view: RegistryView) -> None:
+    """After a reconnection: the bucket again, this worker's entries in it at once, and
+    its view of the other workers' models (for routing) watched again."""
     await open_bucket(js, ttl_s)
     await worker.sync()
+    await view.restart()
 
 
 async def _restore_view(js: JetStreamContext, ttl_s: float, view: RegistryView) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import StorageType
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from pbserve.distributed.request_plane import token
@@ -44,6 +44,10 @@ async def open_bucket(js: JetStreamContext, ttl_s: float) -> KeyValue:
         return await js.key_value(BUCKET)
 
 
+def entry_key(model: str, worker: str) -> str:
+    return f"{token(model)}.{token(worker)}"
+
+
 class Registry:
     """A worker's entries: put on every heartbeat, deleted on exit."""
 
@@ -53,7 +57,7 @@ class Registry:
         self._models: dict[str, str] = {}  # model -> its key
 
     def _key(self, model: str) -> str:
-        return f"{token(model)}.{token(self.worker)}"
+        return entry_key(model, self.worker)
 
     async def put(self, entry: Entry) -> None:
         key = self._key(entry["model"])
@@ -130,6 +134,20 @@ class RegistryView:
             self._seen[update.key] = (time.monotonic(), json.loads(update.value))
         except ValueError:
             log.warning("registry entry '%s' is not JSON: ignored", update.key)
+
+    async def refresh(self, model: str, workers: list[str]) -> None:
+        """Read `model`'s entries of `workers` from the bucket now (not waiting for the
+        watcher): what a worker put before it answered is seen by the next request."""
+        for worker in workers:
+            key = entry_key(model, worker)
+            try:
+                entry = await self._kv.get(key)
+            except (KeyNotFoundError, KeyDeletedError):
+                self._seen.pop(key, None)
+            except nats.errors.Error as err:
+                log.warning("registry entry '%s' not read: %s", key, err)
+            else:
+                self._apply(entry)
 
     @property
     def entries(self) -> list[Entry]:

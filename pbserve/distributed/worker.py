@@ -1,8 +1,9 @@
 """A worker: serves its ModelManager's models to the request plane.
 
 For each ready model it pulls requests from the model's shared durable consumer, at most
-as many at a time as the model can run at once (its instances times its max batch size),
-so a busy worker leaves the next request to another. A request's inbox gets an
+as many at a time as the model can run at once (its instances times its max batch size;
+for a decoupled model, DECOUPLED_IN_FLIGHT times that), so a busy worker leaves the next
+request to another. A request's inbox gets an
 "accepted" message naming this worker, then every response. A heartbeat puts the
 worker's registry entries again (keeping them inside the bucket's TTL) and follows the
 models its manager loads or unloads. `stop` deletes its entries and stops pulling.
@@ -38,6 +39,10 @@ PULL_S = 1.0
 # A request delivered but not acknowledged (its worker died at that instant) goes to
 # another worker after this long.
 ACK_WAIT_S = 5.0
+# Requests of a decoupled model a worker takes per instance: its execute returns (and
+# the instance takes the next request, an async execute runs them together) while the
+# earlier ones still stream; more wait in the model's own queue.
+DECOUPLED_IN_FLIGHT = 8
 # Cancellations of requests not pulled yet that a worker remembers (the oldest go).
 CANCELLED_KEPT = 10_000
 
@@ -100,7 +105,8 @@ class PlaneWorker:
 
     async def sync(self) -> None:
         """Registry entries and pulls to match the manager's models now (also at once
-        after a reconnection to the plane: see node.py)."""
+        after a reconnection to the plane, node.py, and after a load or unload,
+        model_control.py)."""
         entries = self._entries()
         for name in set(self._feeds) - {n for n, e in entries.items() if e["state"] == READY}:
             await self._feeds.pop(name).stop()
@@ -110,6 +116,8 @@ class PlaneWorker:
             if entry["state"] == READY and name not in self._feeds:
                 model = self._manager.model(name)
                 capacity = len(model.instances) * max(1, model.cfg.max_batch_size)
+                if model.decoupled:  # an instance is free again once execute returns
+                    capacity *= DECOUPLED_IN_FLIGHT
                 self._feeds[name] = _Feed(self, name, capacity)
                 await self._feeds[name].start()
             await self._registry.put(entry)
