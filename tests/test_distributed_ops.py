@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,13 @@ def test_frontend_statistics_are_the_workers_summed(ops):
     with pytest.raises(InferenceServerException, match="unknown model: 'nope'") as err:
         client.get_inference_statistics("nope")
     assert err.value.status() == "404"  # as a local server says it
+
+    # /metrics: Triton's counters of the model, summed over its workers as well.
+    with urllib.request.urlopen(cluster.frontend.metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    assert f'nv_inference_request_success{{model="sleepy",version="1"}} {sum(after)}' in text
+    assert f'nv_inference_count{{model="sleepy",version="1"}} {sum(after)}' in text
+    assert text.count("# TYPE nv_inference_request_success counter") == 1
 
 
 # -- a NATS server restart --------------------------------------------------------------

@@ -71,5 +71,6 @@ class InferenceCore(Protocol):
         ...
 
     def metrics_text(self) -> str:
-        """Prometheus text exposition of Triton's nv_inference_* families."""
+        """Prometheus text exposition of Triton's nv_inference_* families (a core that
+        must ask other processes, the plane's frontend, returns a coroutine of it)."""
         ...

@@ -243,9 +243,12 @@ class ModelManager:
         self.model(name)  # NOT_FOUND for an unknown model, as Triton
         return [m.stats.statistics() for _, m in sorted(self._entries[name].versions.items())]
 
+    def model_counters(self) -> list[metrics.ModelStats]:
+        """Every loaded model version's counters (what /metrics renders)."""
+        return [m.stats for e in self._entries.values() for m in e.versions.values()]
+
     def metrics_text(self) -> str:
-        stats = [m.stats for e in self._entries.values() for m in e.versions.values()]
-        return metrics.render(stats) + self._calls.custom_metrics.render()
+        return metrics.render(self.model_counters()) + self._calls.custom_metrics.render()
 
     # -- InferenceCore: inference ------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

@@ -97,6 +97,32 @@ class ModelStats:
         }
 
 
+# What /metrics shows of a ModelStats, as sent between processes (distributed/statistics.py).
+COUNTERS = ("success", "failures", "inference_count", "exec_count", "request_us",
+            "queue_us", "compute_infer_us", "pending", "restart_failures")
+
+
+def counters(stats: ModelStats) -> dict[str, Any]:
+    """The figures /metrics renders, as plain JSON."""
+    return {"model": stats.model, "version": stats.version,
+            **{name: getattr(stats, name) for name in COUNTERS}}
+
+
+def sum_counters(entries: list[dict[str, Any]]) -> list[ModelStats]:
+    """`counters()` of the same model version (from several servers) added up."""
+    total: dict[tuple[str, str], ModelStats] = {}
+    for entry in entries:
+        key = (entry["model"], entry["version"])
+        stats = total.get(key) or total.setdefault(key, ModelStats(*key))
+        for name in COUNTERS:
+            if name == "failures":
+                for reason, count in entry[name].items():
+                    stats.failures[reason] = stats.failures.get(reason, 0) + count
+            else:
+                setattr(stats, name, getattr(stats, name) + entry[name])
+    return [total[key] for key in sorted(total)]
+
+
 def render(stats: list[ModelStats]) -> str:
     """Prometheus text format, one family after another, a sample per model version."""
     lines: list[str] = []

@@ -29,7 +29,7 @@ from pbserve.distributed.model_control import PlaneControl
 from pbserve.distributed.registry import Entry, RegistryView
 from pbserve.distributed.request_plane import (
     CANCEL_SUBJECT, REPLY_HEADER, Plane, infer_subject)
-from pbserve.distributed.statistics import gather
+from pbserve.distributed.statistics import gather, gather_metrics
 from pbserve.errors import ErrorCode, ServerError, not_found, unavailable
 from shm.pool import RegionMap
 
@@ -142,8 +142,12 @@ class PlaneCore:
                           if e["state"] == READY and (not version or version in e["versions"])})
         return await gather(self._nc, workers, name, version)
 
-    def metrics_text(self) -> str:
-        return ""
+    async def metrics_text(self) -> str:  # type: ignore[override]
+        """Triton's nv_inference_* families of every model on the plane, each model
+        version's counters summed over the workers that serve it (as statistics)."""
+        if self._plane is not None and not self._plane.connected:
+            return ""  # nothing to say while the plane is away (statistics: UNAVAILABLE)
+        return await gather_metrics(self._nc, sorted(self._registry.workers))
 
     # -- inference ---------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

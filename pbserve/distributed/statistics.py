@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from pbserve.backend.manager import ModelManager
+from pbserve.backend.metrics import counters, render, sum_counters
 from pbserve.distributed.request_plane import token
 from pbserve.errors import ServerError
 
@@ -58,8 +59,11 @@ class StatisticsResponder:
     async def _answer(self, msg: Msg) -> None:
         try:
             asked = json.loads(msg.data)
-            reply = {"stats": self._manager.model_statistics(asked["model"],
-                                                             asked.get("version", ""))}
+            if asked.get("metrics"):
+                reply = {"metrics": [counters(s) for s in self._manager.model_counters()]}
+            else:
+                reply = {"stats": self._manager.model_statistics(asked["model"],
+                                                                 asked.get("version", ""))}
         except ServerError as err:  # unloaded since the registry said so
             reply = {"error": err.message}
         except (ValueError, KeyError, TypeError) as err:
@@ -79,7 +83,15 @@ async def gather(nc: Client, workers: list[str], model: str, version: str
     return merge([stats for stats in answers if stats is not None])
 
 
-async def _ask(nc: Client, worker: str, asked: bytes) -> list[Stats] | None:
+async def gather_metrics(nc: Client, workers: list[str]) -> str:
+    """Prometheus text of the workers' model counters (those that answer), each model
+    version's summed over the workers that serve it."""
+    asked = json.dumps({"metrics": True}).encode()
+    answers = await asyncio.gather(*(_ask(nc, w, asked, "metrics") for w in workers))
+    return render(sum_counters([entry for answer in answers if answer for entry in answer]))
+
+
+async def _ask(nc: Client, worker: str, asked: bytes, key: str = "stats") -> list | None:
     try:
         msg = await nc.request(stats_subject(worker), asked, timeout=STATS_TIMEOUT_S)
         reply = json.loads(msg.data)
@@ -90,7 +102,7 @@ async def _ask(nc: Client, worker: str, asked: bytes) -> list[Stats] | None:
     if "error" in reply:
         log.warning("statistics of worker '%s' left out: %s", worker, reply["error"])
         return None
-    return reply["stats"]
+    return reply[key]
 
 
 def merge(answers: list[list[Stats]]) -> list[Stats]:

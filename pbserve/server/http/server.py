@@ -11,6 +11,7 @@ protocol is loop-agnostic) and talk only to the InferenceCore.
 
 from __future__ import annotations
 
+import inspect
 import asyncio
 import logging
 from dataclasses import replace
@@ -102,6 +103,9 @@ async def start_metrics_server(core: InferenceCore, host: str, port: int,
             return not_found()
         if request.method != b"GET":
             return method_not_allowed()
-        return HttpReply(200, (core.metrics_text().encode(),), CONTENT_METRICS)
+        text = core.metrics_text()  # a coroutine on a frontend of the plane
+        if inspect.isawaitable(text):
+            text = await text
+        return HttpReply(200, (text.encode(),), CONTENT_METRICS)
 
     return await serve(metrics, host, port, limits)
