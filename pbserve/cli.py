@@ -53,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--plane-heartbeat-secs", type=float, default=1.0,
         help="pbserve: a worker refreshes its registry entries this often; they expire "
              "after 3 beats (a killed worker's requests fail then)")
+    add("--data-plane-address", default="127.0.0.1", metavar="HOST[:PORT]",
+        help="pbserve: where this process's data-plane listener binds (large tensors are "
+             "pulled from it over TCP); PORT 0 or none: any free port. Give an address "
+             "the other hosts reach this one at; default loopback (one host)")
+    add("--plane-inline-max-bytes", type=int, default=64 * 1024,
+        help="pbserve: tensors up to this size travel inline in the NATS message; "
+             "larger ones by the data plane")
+    add("--data-plane-ttl-secs", type=float, default=60.0,
+        help="pbserve: a tensor held for a peer is freed if not pulled within this")
     add("--worker-name", default="",
         help="pbserve: this worker's name on the plane (default: HOST-PID)")
     add("--http-port", type=int, default=8000)
@@ -219,10 +228,14 @@ async def serve(args: argparse.Namespace) -> int:
                           "serves the others)", ", ".join(failed))
                 return 1
         if args.request_plane:
-            from pbserve.distributed.node import Node  # only with a plane: imports nats
+            # only with a plane: imports nats
+            from pbserve.distributed.node import DataPlaneSettings, Node
 
+            data_plane = DataPlaneSettings(args.data_plane_address,
+                                           args.plane_inline_max_bytes,
+                                           args.data_plane_ttl_secs)
             node = await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
-                                    args.worker_name)
+                                    args.worker_name, data_plane)
             core = core or node.core
         assert core is not None
         if args.allow_http:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from dataclasses import dataclass
 
 import nats.errors
 from nats.aio.client import Client
 
 from pbserve.backend.manager import ModelManager
+from pbserve.distributed.data_plane import DataPlane, split_address
 from pbserve.distributed.frontend import PlaneCore
 from pbserve.distributed.registry import Registry, RegistryView, open_bucket
 from pbserve.distributed.request_plane import connect, request_stream
@@ -22,6 +24,18 @@ from pbserve.distributed.worker import PlaneWorker
 
 # The registry TTL is this many heartbeats: one late beat does not drop a worker.
 TTL_BEATS = 3
+# Bytes of a message kept for its JSON header: inline tensors get the rest.
+HEADER_ROOM = 64 * 1024
+
+
+@dataclass(frozen=True)
+class DataPlaneSettings:
+    """The data plane's flags: `--data-plane-address`, `--plane-inline-max-bytes`,
+    `--data-plane-ttl-secs`."""
+
+    address: str = "127.0.0.1"
+    inline_max: int = 64 * 1024
+    ttl_s: float = 60.0
 
 
 def default_worker_name() -> str:
@@ -30,29 +44,41 @@ def default_worker_name() -> str:
 
 class Node:
     def __init__(self, nc: Client, worker: PlaneWorker | None, core: PlaneCore | None,
-                 view: RegistryView | None) -> None:
+                 view: RegistryView | None, data_plane: DataPlane) -> None:
         self._nc = nc
+        self._data_plane = data_plane
         self.worker = worker
         self.core = core
         self._view = view
 
     @classmethod
     async def start(cls, url: str, manager: ModelManager | None, heartbeat_s: float,
-                    name: str = "") -> "Node":
+                    name: str = "", data_plane: DataPlaneSettings | None = None) -> "Node":
         """Connect; serve `manager`'s models, or (None) be a frontend."""
         name = name or default_worker_name()
+        settings = data_plane or DataPlaneSettings()
         nc = await connect(url, f"pbserve {'worker' if manager else 'frontend'} {name}")
+        plane = None
         try:
+            host, port = split_address(settings.address)
+            # What goes inline in all: what a message may carry, less room for its header.
+            budget = max(0, nc.max_payload - HEADER_ROOM)
+            plane = DataPlane(host, port, min(settings.inline_max, budget), budget,
+                              settings.ttl_s)
+            await plane.start()
             js = await request_stream(nc)
             kv = await open_bucket(js, TTL_BEATS * heartbeat_s)
             if manager is not None:
-                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s)
+                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s, plane)
                 await worker.start()
-                return cls(nc, worker, None, None)
+                return cls(nc, worker, None, None, plane)
             view = RegistryView(kv, ttl_s=TTL_BEATS * heartbeat_s)
             await view.start()
-            return cls(nc, None, PlaneCore(nc, js, view, check_s=heartbeat_s / 2), view)
+            core = PlaneCore(nc, js, view, check_s=heartbeat_s / 2, data_plane=plane)
+            return cls(nc, None, core, view, plane)
         except BaseException:
+            if plane is not None:
+                await plane.stop()
             await nc.close()
             raise
 
@@ -60,9 +86,14 @@ class Node:
         """A worker leaves the registry and finishes its requests (before the models go)."""
         if self.worker is not None:
             await self.worker.stop(grace_s)
+            # Outputs of the last responses, held for their callers: pulled, or freed
+            # (with the shared memory they are in) before the models go.
+            await self._data_plane.drain(grace_s)
+            await self._data_plane.stop()
 
     async def close(self) -> None:
         if self._view is not None:
             await self._view.stop()
+        await self._data_plane.stop()
         with contextlib.suppress(nats.errors.Error):
             await self._nc.drain()
