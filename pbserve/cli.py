@@ -233,7 +233,8 @@ async def serve(args: argparse.Namespace) -> int:
 
             data_plane = DataPlaneSettings(args.data_plane_address,
                                            args.plane_inline_max_bytes,
-                                           args.data_plane_ttl_secs)
+                                           args.data_plane_ttl_secs,
+                                           args.http_max_input_size)
             node = await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
                                     args.worker_name, data_plane)
             core = core or node.core
@@ -273,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
+    if args.plane_inline_max_bytes < 0 or args.data_plane_ttl_secs <= 0:
+        parser.error("--plane-inline-max-bytes must be >= 0 and --data-plane-ttl-secs > 0")
+    port = args.data_plane_address.rpartition(":")[2] if ":" in args.data_plane_address \
+        and not args.data_plane_address.endswith("]") else "0"
+    if not port.isdigit() or int(port) > 65535:
+        parser.error(f"--data-plane-address '{args.data_plane_address}': expected "
+                     f"HOST[:PORT] (an IPv6 HOST in brackets)")
     try:
         configure_logging(args)
     except OSError as exc:

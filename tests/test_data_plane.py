@@ -201,3 +201,28 @@ def test_a_request_ending_frees_what_it_held():
             await holder.stop()
 
     asyncio.run(run())
+
+
+def test_a_worker_pulls_no_more_than_its_input_limit():
+    from pbserve.backend.types import TensorData
+    from pbserve.distributed.data_plane import Remote
+    from pbserve.errors import ErrorCode, ServerError
+
+    async def run() -> None:
+        holder = DataPlane("127.0.0.1", 0, 64, 1024, ttl_s=60)
+        await holder.start()
+        try:
+            group = holder.group()
+            descriptor = group.hold(b"z" * 5000)
+            tensor = TensorData("IN", "UINT8", (5000,), Remote(descriptor))  # type: ignore[arg-type]
+            with pytest.raises(ServerError) as err:
+                await holder.fill([tensor], "the caller", limit=4096)
+            assert err.value.code == ErrorCode.INVALID_ARG
+            assert "5000 bytes exceed the limit of 4096" in str(err.value)
+            assert holder.held_count == 1  # nothing was pulled
+            await holder.fill([tensor], "the caller", limit=5000)
+            assert bytes(tensor.data) == b"z" * 5000 and holder.held_count == 0
+        finally:
+            await holder.stop()
+
+    asyncio.run(run())

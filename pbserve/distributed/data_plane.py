@@ -295,12 +295,19 @@ class DataPlane:
                 raise DataPlaneError(f"pull from {descriptor.address} failed: "
                                      f"{err or type(err).__name__}") from None
 
-    async def fill(self, tensors: list[TensorData], holder: str = "") -> None:
+    async def fill(self, tensors: list[TensorData], holder: str = "",
+                   limit: int = 0) -> None:
         """Pull every tensor whose data is `Remote`, all at once; UNAVAILABLE naming the
-        tensor and `holder` (e.g. "worker 'w1'") if one cannot be had."""
+        tensor and `holder` (e.g. "worker 'w1'") if one cannot be had; INVALID_ARG,
+        pulling nothing, if they come to more than `limit` bytes (0: no limit)."""
         remote = [t for t in tensors if isinstance(t.data, Remote)]
         if not remote:
             return
+        total = sum(t.data.descriptor.nbytes for t in remote)  # type: ignore[union-attr]
+        if limit and total > limit:
+            raise ServerError(ErrorCode.INVALID_ARG,
+                              f"request's tensors of {total} bytes exceed the limit of "
+                              f"{limit} bytes (--http-max-input-size)")
         pulls = [self.pull(t.data.descriptor) for t in remote]  # type: ignore[union-attr]
         results = await asyncio.gather(*pulls, return_exceptions=True)
         for tensor, result in zip(remote, results):

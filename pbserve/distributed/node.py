@@ -31,11 +31,13 @@ HEADER_ROOM = 64 * 1024
 @dataclass(frozen=True)
 class DataPlaneSettings:
     """The data plane's flags: `--data-plane-address`, `--plane-inline-max-bytes`,
-    `--data-plane-ttl-secs`."""
+    `--data-plane-ttl-secs`, and `--http-max-input-size` (the most bytes a worker
+    pulls for one request)."""
 
     address: str = "127.0.0.1"
     inline_max: int = 64 * 1024
     ttl_s: float = 60.0
+    max_input_bytes: int = 64 * 1024 * 1024
 
 
 def default_worker_name() -> str:
@@ -69,7 +71,8 @@ class Node:
             js = await request_stream(nc)
             kv = await open_bucket(js, TTL_BEATS * heartbeat_s)
             if manager is not None:
-                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s, plane)
+                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s, plane,
+                                     settings.max_input_bytes)
                 await worker.start()
                 return cls(nc, worker, None, None, plane)
             view = RegistryView(kv, ttl_s=TTL_BEATS * heartbeat_s)

@@ -47,9 +47,11 @@ CANCELLED_KEPT = 10_000
 
 class PlaneWorker:
     def __init__(self, manager: ModelManager, nc: Client, js: JetStreamContext,
-                 registry: Registry, heartbeat_s: float, data_plane: DataPlane) -> None:
+                 registry: Registry, heartbeat_s: float, data_plane: DataPlane,
+                 max_input_bytes: int) -> None:
         self._manager = manager
         self._data_plane = data_plane
+        self._max_input_bytes = max_input_bytes  # pulled for one request, at most
         self._nc = nc
         self._js = js
         self._registry = registry
@@ -159,7 +161,7 @@ class PlaneWorker:
             await self._nc.publish(inbox, encode_accepted(self.name))
             request, stream = decode_request(msg.data)
             model = request.model_name
-            await self._data_plane.fill(request.inputs, "the caller")
+            await self._data_plane.fill(request.inputs, "the caller", self._max_input_bytes)
             if stream:
                 async for response in self._manager.stream_infer(request):
                     await self._send(inbox, response)
