@@ -226,3 +226,22 @@ def test_a_worker_pulls_no_more_than_its_input_limit():
             await holder.stop()
 
     asyncio.run(run())
+
+
+def test_a_holder_that_is_gone_fails_the_pull_unavailable_naming_it():
+    from pbserve.backend.types import TensorData
+    from pbserve.distributed.data_plane import Remote
+    from pbserve.errors import ErrorCode, ServerError
+    from pbserve.testing import free_ports
+
+    async def run() -> None:
+        puller = DataPlane("127.0.0.1", 0, 64, 1024, ttl_s=60)
+        gone = Descriptor(f"127.0.0.1:{free_ports(1)[0]}", secrets.token_hex(32), 100)
+        tensor = TensorData("OUTPUT0", "UINT8", (100,), Remote(gone))  # type: ignore[arg-type]
+        with pytest.raises(ServerError) as err:
+            await puller.fill([tensor], "worker 'w9'")
+        assert err.value.code == ErrorCode.UNAVAILABLE
+        assert "tensor 'OUTPUT0' could not be pulled from the data plane of worker 'w9'" \
+            in str(err.value)
+
+    asyncio.run(run())
