@@ -10,7 +10,8 @@ or when its TTL passes, whichever comes first.
 Wire (one pull a connection): the puller sends MAGIC and the 32-byte token; the holder
 answers a status byte and an 8-byte little-endian length, then the tensor's bytes
 (status OK) or a UTF-8 error message (status ERROR). The holder reads nothing else from a
-peer (37 bytes, within HEAD_TIMEOUT_S); the puller reads exactly the descriptor's size.
+peer (37 bytes, within HEAD_TIMEOUT_S; MAX_CONNECTIONS at once); the puller reads
+exactly the descriptor's size.
 Sockets are driven with asyncio's `sock_*` calls: the holder sends straight from the
 buffer it holds (a response's shared-memory view: no copy in user space), the puller
 receives straight into the buffer it returns (one copy, from the kernel).
@@ -39,6 +40,7 @@ OK, ERROR = 0, 1
 HEAD_TIMEOUT_S = 10.0  # a peer that connects must send its token within this
 IDLE_TIMEOUT_S = 30.0  # a transfer that makes no progress this long fails
 CONNECT_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 512  # pulls served at once; a peer's connection beyond is closed
 MAX_ERROR_BYTES = 4096
 UNKNOWN_TOKEN = "data plane: token unknown, already used or expired"
 
@@ -228,6 +230,11 @@ class DataPlane:
             except OSError as err:  # out of descriptors, say: try again soon
                 log.warning("data plane: accept failed: %s", err)
                 await asyncio.sleep(0.1)
+                continue
+            if len(self._serving) >= MAX_CONNECTIONS:
+                log.warning("data plane: %d pulls in progress: connection from %s closed",
+                            len(self._serving), peer)
+                conn.close()
                 continue
             conn.setblocking(False)
             task = asyncio.create_task(self._serve(conn, peer))
