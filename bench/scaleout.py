@@ -24,7 +24,9 @@ import asyncio
 import os
 import secrets
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -161,6 +163,8 @@ def main() -> None:
     parser.add_argument("--loops", type=int, default=200_000,
                         help="spin's loop count a request (about 10 ms of one core)")
     args = parser.parse_args()
+    # Stopped (a timeout's SIGTERM): the servers and nats-server are still stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     print(f"pbserve scale-out bench, {time.strftime('%Y-%m-%d %H:%M:%S')}; this machine "
           f"has {os.cpu_count()} CPU cores: the frontend, every worker, their stubs, "
           f"nats-server and the clients all share them")
