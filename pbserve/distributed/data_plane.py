@@ -38,7 +38,8 @@ TOKEN_BYTES = 32
 _REPLY = struct.Struct("<BQ")  # status, length
 OK, ERROR = 0, 1
 HEAD_TIMEOUT_S = 10.0  # a peer that connects must send its token within this
-IDLE_TIMEOUT_S = 30.0  # a transfer that makes no progress this long fails
+IDLE_TIMEOUT_S = 30.0  # a pull's reply must begin within this
+MIN_RATE = 1 << 20  # bytes/s: a pull slower than this on average (after IDLE_TIMEOUT_S) fails
 CONNECT_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 512  # pulls served at once; a peer's connection beyond is closed
 MAX_ERROR_BYTES = 4096
@@ -296,7 +297,9 @@ class DataPlane:
                     raise DataPlaneError(f"{descriptor.address} sent {length} bytes where "
                                          f"{descriptor.nbytes} were described")
                 data = bytearray(length)
-                await _recv_into(loop, sock, memoryview(data), IDLE_TIMEOUT_S)
+                # One deadline for the transfer (not one a chunk: cheaper by far).
+                await asyncio.wait_for(_recv_into(loop, sock, memoryview(data)),
+                                       IDLE_TIMEOUT_S + length / MIN_RATE)
                 return data
             except (OSError, EOFError, asyncio.TimeoutError, ValueError) as err:
                 raise DataPlaneError(f"pull from {descriptor.address} failed: "
