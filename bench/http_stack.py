@@ -158,8 +158,8 @@ class EchoCore:
 
 def serve_pbserve(port: int, use_uvloop: bool = True) -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from pbserve.server import http_protocol
-    from pbserve.server.http import start_http_server
+    from pbserve.server.http import protocol as http_protocol
+    from pbserve.server.http.server import start_http_server
 
     if "BENCH_JOIN_LIMIT" in os.environ:  # --write-modes: join always / never
         http_protocol.JOIN_LIMIT = int(os.environ["BENCH_JOIN_LIMIT"])

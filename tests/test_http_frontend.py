@@ -28,10 +28,10 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server import jsonio
-from pbserve.server.http import start_http_server, start_metrics_server
-from pbserve.server.http_connections import ConnectionSet
-from pbserve.server.http_messages import HttpReply, HttpStreamReply
-from pbserve.server.http_protocol import HttpConnection
+from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.http.messages import HttpReply, HttpStreamReply
+from pbserve.server.http.protocol import HttpConnection
 
 NUMPY = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
          "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,

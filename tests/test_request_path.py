@@ -1,5 +1,5 @@
-"""The request path between parent and stub: the parent's bounded spin for a reply
-(ModelInstance.await_reply_briefly) and a request queued in an instance's stub behind the
+"""The request path between parent and stub: the parent's bounded watch for a reply
+(ModelInstance.watch_for_reply) and a request queued in an instance's stub behind the
 running one (ModelInstance.can_queue_another). Answers come back right every way, a
 killed stub still costs only its running request, and a queued request cancelled before
 it starts never runs."""
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from pbserve.backend.instance import REPLY_SPIN_NS
+from pbserve.backend.instance import REPLY_WATCH_NS
 from pbserve.testing import load_models, running_server
 from client_inputs import http_input
 from polling import wait_for
@@ -30,10 +30,10 @@ def sleep_ms(ms: int) -> dict:
 
 
 def test_every_way_an_answer_comes_back_leaves_no_instance_counted_busy():
-    assert REPLY_SPIN_NS < 5_000_000  # the slow request below outlasts the spin
+    assert REPLY_WATCH_NS < 5_000_000  # the slow request below outlasts the watch
     with load_models(MODELS, models=["sleepy"]) as models:
         pid = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
-        for _ in range(50):  # idle server, fast model: read by the spin
+        for _ in range(50):  # idle server, fast model: read by the watch
             assert int(models.infer("sleepy", sleep_ms(0))["PID"][0]) == pid
         assert int(models.infer("sleepy", sleep_ms(5))["PID"][0]) == pid  # by the doorbell
 

@@ -156,3 +156,31 @@ def test_a_bad_pool_size_stops_the_server_with_the_setting_named(repo, tmp_path)
         capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode != 0
     assert "shm-growth-byte-size" in result.stderr and "lots" in result.stderr
+
+
+def test_a_request_waiting_for_dev_shm_keeps_its_queue_timeout(tmp_path):
+    """The dynamic batcher puts a request /dev/shm cannot take now back in its queue: it
+    still times out as its queue policy says (Triton's 503), not after the /dev/shm wait."""
+    model = tmp_path / "repo" / "identity"
+    shutil.copytree(ROOT / "models" / "examples" / "identity", model)
+    config = model / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 0", "max_batch_size: 8")
+                      + "dynamic_batching { default_queue_policy {"
+                        " timeout_action: REJECT default_timeout_microseconds: 500000 } }\n")
+    with running_server(model.parent, log_path=tmp_path / "server.log",
+                        launcher=_launcher("16m")) as server:
+        client = server.http_client(network_timeout=60)
+        data = np.arange(4 * MIB, dtype=np.uint8).reshape(1, -1)
+        filler = Path(f"/proc/{server.pid}/root/dev/shm/test_filler")
+        stat = os.statvfs(filler.parent)
+        with filler.open("wb") as out:  # /dev/shm full but for 256 KiB
+            out.write(bytes(stat.f_bavail * stat.f_frsize - 256 * 1024))
+        try:
+            with pytest.raises(InferenceServerException) as info:
+                _identity(client, data)
+            assert info.value.message() == "Request timeout expired"
+            assert info.value.status() == "503"
+        finally:
+            filler.unlink()
+        assert np.array_equal(_identity(client, data), data)
+        client.close()

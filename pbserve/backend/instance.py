@@ -34,9 +34,10 @@ ABANDONED_FINALIZE_S = 2.0
 RELEASE_DELAY_S = 0.005
 RESTART_PAUSE_S = 0.5  # after a failed restart; doubles up to the max
 RESTART_PAUSE_MAX_S = 30.0
-# The parent waits this long at most, spinning, for the reply of a request it sent to an
-# idle server (ModelInstance.await_reply_briefly); longer hops are left to the doorbell.
-REPLY_SPIN_NS = 150_000
+# The parent watches this long at most, on each turn of its event loop, for the reply of
+# a request it sent to an idle instance (ModelInstance.watch_for_reply); longer hops are
+# left to the doorbell.
+REPLY_WATCH_NS = 300_000
 _HOP_WEIGHT = 8  # the hop estimate follows 1/8 of each new figure
 # A second batch waits in the stub's queue only behind batches shorter than this
 # (ModelInstance.can_queue_another).
@@ -57,8 +58,8 @@ class InstanceState(enum.Enum):
 
 class RunningInstances:
     """How many instances of one server are running a batch (touched only on its event
-    loop). The parent spins for a reply only while this is one: the spin then delays
-    nobody else's answer."""
+    loop). The parent watches for a reply only while this is one: its idle turns then
+    take no CPU that another instance's stub needs."""
 
     __slots__ = ("count",)
 
@@ -372,15 +373,15 @@ class ModelInstance:
             pending.instance = self
             pending.exec_start_ns = now
 
-    def await_reply_briefly(self) -> None:
-        """Just after `execute` of a request that found the server idle: spin for the
-        stub's answer (at most REPLY_SPIN_NS) instead of returning to the event loop,
-        which would sleep in epoll and be woken by the doorbell, costing a wake-up of
-        an idle CPU on the round trip. Only when the spin cannot delay other work: no
-        other instance is running, and this instance's recent hops fit in the budget."""
+    def watch_for_reply(self) -> None:
+        """Just after `execute` of a request that found this instance idle: look for the
+        stub's answer on each turn of the event loop (at most REPLY_WATCH_NS), so that an
+        idle loop does not sleep in epoll and get woken by the doorbell, a wake-up of an
+        idle CPU on the round trip (StubProcess.watch_up). Only when no other instance is
+        running and this instance's recent hops fit in the budget."""
         if self._running.count == 1 and not self.decoupled \
-                and self._hop_ns < REPLY_SPIN_NS and self._stub is not None:
-            self._stub.poll_up(REPLY_SPIN_NS)
+                and self._hop_ns < REPLY_WATCH_NS and self._stub is not None:
+            self._stub.watch_up(REPLY_WATCH_NS)
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
         """Answer a CALL of this stub (on its control queue)."""

@@ -98,7 +98,7 @@ class ModelManager:
         self._upkeep = ShmUpkeep(self.config_sources.shm_sizes, self._regions,
                                  self._all_instances)
         self._calls = StubCalls(self.model, self._regions.view, self)
-        self._running = RunningInstances()  # decides whether a reply is awaited spinning
+        self._running = RunningInstances()  # whether a reply is watched for (instance.py)
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
                                                  allow_client_shm, visible_gpus)
         self._live = False

@@ -22,8 +22,8 @@ class PendingRequest:
     """
 
     __slots__ = ("key", "request", "inputs", "unstaged", "shm_wait_since", "blocks",
-                 "batch_size", "future", "stream",
-                 "arrival_s", "arrival_ns", "exec_start_ns", "_free_blocks", "done",
+                 "batch_size", "future", "stream", "arrival_s", "arrival_ns",
+                 "queue_deadline", "exec_start_ns", "_free_blocks", "done",
                  "cancelled", "instance", "on_complete")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
@@ -41,6 +41,7 @@ class PendingRequest:
         self.stream: asyncio.Queue | None = asyncio.Queue() if streaming else None
         self.arrival_s = loop.time()
         self.arrival_ns = time.monotonic_ns()
+        self.queue_deadline = 0.0  # loop time its queue-policy timeout ends (0: none)
         self.exec_start_ns = 0
         self._free_blocks = free_blocks
         self.done = False

@@ -274,7 +274,7 @@ class Scheduler:
                     if pending.inputs is None and not self._stage(pending):
                         break
                     instance.execute([pending])
-                    instance.await_reply_briefly()
+                    instance.watch_for_reply()
                     return
             else:
                 for instance in self.instances:  # all busy: wait in a stub's queue, if one may
@@ -305,9 +305,8 @@ class Scheduler:
             if policy.allow_override and 0 < override_s < timeout_s:
                 timeout_s = override_s
             deadline = self._loop.time() + timeout_s
-            if deadline < self._next_deadline:
-                self._next_deadline = deadline
-                self._arm(deadline)
+            self._watch(deadline)
+        pending.queue_deadline = deadline
         if self._ordering is not None:
             self._ordering.wrap(pending)
         lv.queue.append((pending, deadline))
@@ -324,13 +323,26 @@ class Scheduler:
         return False
 
     def requeue(self, batch: list[PendingRequest]) -> None:
-        """A batch that waited in a dead stub's queue: first in line again."""
+        """Requests that left the queue but did not run (a dead stub's queued batch, or
+        /dev/shm could not take their inputs): first in line again, each under the
+        queue-policy timeout it was queued with. One whose timeout passed meanwhile is
+        rejected with Triton's error, or (DELAY) first of its level's delayed requests."""
+        now = self._loop.time()
         for pending in reversed(batch):
             level = self._level_of(pending.request.priority)
             lv = self._levels.get(level)
             if lv is None:
                 lv = self._add_level(level, self._default_policy)
-            lv.queue.appendleft((pending, 0.0))
+            deadline = pending.queue_deadline
+            if deadline and now >= deadline:
+                if not lv.policy.delay:
+                    reject(pending, ErrorCode.UNAVAILABLE, TIMEOUT_EXPIRED)
+                    continue
+                lv.delayed.appendleft(pending)
+            else:
+                if deadline:
+                    self._watch(deadline)
+                lv.queue.appendleft((pending, deadline))
             self._size += 1
 
     def on_idle(self, instance: ModelInstance) -> None:
@@ -474,6 +486,12 @@ class Scheduler:
         raise IndexError("pop from an empty scheduler")
 
     # -- timers -------------------------------------------------------------------------
+    def _watch(self, deadline: float) -> None:
+        """A queued request's timeout ends at `deadline`: the timer fires by then."""
+        if deadline < self._next_deadline:
+            self._next_deadline = deadline
+            self._arm(deadline)
+
     def _arm(self, when: float) -> None:
         self._timer = arm(self._loop, self._timer, when, self._on_timer)
 

@@ -35,6 +35,8 @@ from stub.stub import queue_names
 log = logging.getLogger("pbserve.backend")
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What a stub imports of pbserve: the stub and what the model sees, nothing else.
+# A turn of the event loop this short since the last ran nothing else: the loop is idle.
+IDLE_TURN_NS = 10_000
 _STUB_MODULES = ("stub", "shm", "backend_utils", "triton_python_backend_utils.py",
                  "c_python_backend_utils.py")
 
@@ -153,20 +155,27 @@ class StubProcess:
         if batch and not self._closing:
             self._on_messages(batch)
 
-    def poll_up(self, budget_ns: int) -> bool:
-        """Spin on the up queue for at most `budget_ns` and drain it inline if a message
-        came: the reply of a short `execute` is read without the loop going to sleep and
-        being woken by the doorbell. False (nothing drained) when the budget ran out."""
-        pending, clock, yield_cpu = self.up_q.pending, time.perf_counter_ns, os.sched_yield
-        deadline = clock() + budget_ns
-        while not pending():
-            if clock() >= deadline:
-                return False
-            # On a busy machine the stub (or the client) may be waiting for this CPU:
-            # let it run. With nothing else runnable this returns at once.
-            yield_cpu()
-        self._drain()
-        return True
+    def watch_up(self, budget_ns: int) -> None:
+        """Poll the up queue once per turn of the event loop, for at most `budget_ns`,
+        and drain it as soon as a message came: the reply of a short `execute` is read
+        without the loop sleeping in epoll and being woken by the doorbell. The loop goes
+        on with its other work between turns (other calls, other connections); when it
+        has none it turns at once, yielding the CPU on each such turn, so that other
+        runnable work on a busy machine (the stub, the client) goes first."""
+        now = time.perf_counter_ns()
+        self._loop.call_soon(self._watch_turn, now + budget_ns, now)
+
+    def _watch_turn(self, deadline: int, last: int) -> None:
+        if self._closing:  # its queues may be gone
+            return
+        if self.up_q.pending():
+            self._drain()
+            return
+        now = time.perf_counter_ns()
+        if now < deadline:
+            if now - last < IDLE_TURN_NS:  # nothing else ran on the loop since the last turn
+                os.sched_yield()
+            self._loop.call_soon(self._watch_turn, deadline, now)
 
     def _watch(self) -> None:
         code = self.proc.wait()

@@ -4,9 +4,12 @@ The index, metadata, config and readiness come from the registry (registry.py); 
 request is published to its model's subject and its responses read from its own inbox.
 A request whose worker is gone from the registry (killed: no heartbeat within the TTL)
 fails with UNAVAILABLE naming that worker; one that leaves (client gone, gRPC cancel)
-broadcasts a cancellation the worker passes on to the model. Inputs too large to go
-inline are held here for the worker to pull (data_plane.py) until the request ends;
-outputs a worker holds are pulled from it before the response is returned.
+broadcasts a cancellation the worker passes on to the model. While the connection to
+the NATS server is down, requests fail at once with UNAVAILABLE naming the plane, and
+those in flight when it went down fail too (what the server held is lost with it).
+Statistics are the workers' own, summed (statistics.py). Inputs too large to go inline
+are held here for the worker to pull (data_plane.py) until the request ends; outputs a
+worker holds are pulled from it before the response is returned.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.distributed.codec import decode_response, encode_request
 from pbserve.distributed.data_plane import DataPlane, HeldGroup
 from pbserve.distributed.registry import Entry, RegistryView
-from pbserve.distributed.request_plane import CANCEL_SUBJECT, REPLY_HEADER, infer_subject
+from pbserve.distributed.request_plane import (
+    CANCEL_SUBJECT, REPLY_HEADER, Plane, infer_subject)
+from pbserve.distributed.statistics import gather
 from pbserve.errors import ErrorCode, ServerError, not_found, unavailable
 from shm.pool import RegionMap
 
@@ -39,9 +44,10 @@ class PlaneCore:
     """InferenceCore for a frontend with no models of its own."""
 
     def __init__(self, nc: Client, js: JetStreamContext, registry: RegistryView,
-                 check_s: float, data_plane: DataPlane) -> None:
+                 check_s: float, data_plane: DataPlane, plane: Plane | None = None) -> None:
         self._nc = nc
         self._data_plane = data_plane
+        self._plane = plane
         self._js = js
         self._registry = registry
         self._check_s = check_s  # how often a waiting request checks on its worker
@@ -65,6 +71,7 @@ class PlaneCore:
         entries = self._registry.of_model(name)
         ready = [e for e in entries if e["state"] == READY and e["metadata"]]
         if not ready:
+            self._check_plane(name)  # the registry empties while the plane is away
             suffix = " is not found" if not entries else " has no available versions"
             raise not_found(f"Request for unknown model: '{name}'{suffix}")
         if version:
@@ -121,6 +128,15 @@ class PlaneCore:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         await self.load_model(name)
 
+    async def model_statistics(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        """Triton's statistics extension: the model's figures summed over the workers
+        that serve it (NOT_FOUND as `model_metadata` for an unknown model)."""
+        self._check_plane(name)  # first: the registry empties while it is away
+        self._entry(name, version)
+        workers = sorted({e["worker"] for e in self._registry.of_model(name)
+                          if e["state"] == READY and (not version or version in e["versions"])})
+        return await gather(self._nc, workers, name, version)
+
     def metrics_text(self) -> str:
         return ""
 
@@ -140,6 +156,7 @@ class PlaneCore:
 
     def _encode(self, request: InferRequest, stream: bool) -> tuple[bytes, HeldGroup]:
         """The request's message, and the group holding its large inputs."""
+        self._check_plane(request.model_name)  # first: the registry empties while away
         self._entry(request.model_name, request.model_version)
         if request.uses_shm:
             raise ServerError(ErrorCode.UNSUPPORTED, "shared memory regions are not "
@@ -164,6 +181,8 @@ class PlaneCore:
         no worker took within its `timeout_us` fails as a queued one does locally. The
         inputs `held` for the worker are freed when the call ends."""
         deadline = time.monotonic() + timeout_us / 1e6 if timeout_us else None
+        self._check_plane(model)
+        losses = self._plane.losses if self._plane is not None else 0
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
         worker, done = "", False
@@ -172,7 +191,8 @@ class PlaneCore:
                 await self._js.publish(infer_subject(model), payload,
                                        headers={REPLY_HEADER: inbox})
             except (nats.errors.Error, OSError) as err:
-                raise unavailable(f"request plane unavailable for model '{model}': "
+                where = f" {self._plane.url}" if self._plane is not None else ""
+                raise unavailable(f"request plane{where} unavailable for model '{model}': "
                                   f"{err or type(err).__name__}") from None
             while not done:
                 wait = self._check_s
@@ -181,6 +201,7 @@ class PlaneCore:
                 try:
                     msg = await sub.next_msg(timeout=wait)
                 except nats.errors.TimeoutError:
+                    self._check_plane(model, losses)
                     self._check_worker(model, worker)
                     if not worker and deadline is not None and time.monotonic() > deadline:
                         raise unavailable("Request timeout expired") from None
@@ -199,6 +220,20 @@ class PlaneCore:
                     await self._nc.publish(CANCEL_SUBJECT, inbox.encode())
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
+
+    def _check_plane(self, model: str, losses: int | None = None) -> None:
+        """UNAVAILABLE naming the plane while it is not connected, or (`losses`: its
+        count when the request was sent) when it was lost since: the server may have
+        lost the request or its answer with it."""
+        plane = self._plane
+        if plane is None:
+            return
+        if not plane.connected:
+            raise unavailable(f"request plane {plane.url} is not connected (reconnecting): "
+                              f"model '{model}' cannot be reached")
+        if losses is not None and plane.losses != losses:
+            raise unavailable(f"request plane {plane.url} connection lost while the "
+                              f"request for model '{model}' was in flight")
 
     def _check_worker(self, model: str, worker: str) -> None:
         """UNAVAILABLE when the worker that took the request (or, before one did, every

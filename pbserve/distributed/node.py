@@ -7,19 +7,17 @@ InferenceCore is the plane (frontend.py).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 from dataclasses import dataclass
 
-import nats.errors
-from nats.aio.client import Client
+from nats.js import JetStreamContext
 
 from pbserve.backend.manager import ModelManager
 from pbserve.distributed.data_plane import DataPlane, split_address
 from pbserve.distributed.frontend import PlaneCore
 from pbserve.distributed.registry import Registry, RegistryView, open_bucket
-from pbserve.distributed.request_plane import connect, request_stream
+from pbserve.distributed.request_plane import ConnectionOptions, Plane, request_stream
 from pbserve.distributed.worker import PlaneWorker
 
 # The registry TTL is this many heartbeats: one late beat does not drop a worker.
@@ -45,9 +43,9 @@ def default_worker_name() -> str:
 
 
 class Node:
-    def __init__(self, nc: Client, worker: PlaneWorker | None, core: PlaneCore | None,
+    def __init__(self, plane: Plane, worker: PlaneWorker | None, core: PlaneCore | None,
                  view: RegistryView | None, data_plane: DataPlane) -> None:
-        self._nc = nc
+        self._plane = plane
         self._data_plane = data_plane
         self.worker = worker
         self.core = core
@@ -55,34 +53,42 @@ class Node:
 
     @classmethod
     async def start(cls, url: str, manager: ModelManager | None, heartbeat_s: float,
-                    name: str = "", data_plane: DataPlaneSettings | None = None) -> "Node":
-        """Connect; serve `manager`'s models, or (None) be a frontend."""
+                    name: str = "", options: ConnectionOptions | None = None,
+                    data_plane: DataPlaneSettings | None = None) -> "Node":
+        """Connect (PlaneConnectError if that fails); serve `manager`'s models, or
+        (None) be a frontend."""
         name = name or default_worker_name()
         settings = data_plane or DataPlaneSettings()
-        nc = await connect(url, f"pbserve {'worker' if manager else 'frontend'} {name}")
-        plane = None
+        plane = Plane(url)
+        await plane.connect(f"pbserve {'worker' if manager else 'frontend'} {name}", options)
+        nc = plane.nc
+        ttl_s = TTL_BEATS * heartbeat_s
+        data = None
         try:
             host, port = split_address(settings.address)
             # What goes inline in all: what a message may carry, less room for its header.
             budget = max(0, nc.max_payload - HEADER_ROOM)
-            plane = DataPlane(host, port, min(settings.inline_max, budget), budget,
-                              settings.ttl_s)
-            await plane.start()
+            data = DataPlane(host, port, min(settings.inline_max, budget), budget,
+                             settings.ttl_s)
+            await data.start()
             js = await request_stream(nc)
-            kv = await open_bucket(js, TTL_BEATS * heartbeat_s)
+            kv = await open_bucket(js, ttl_s)
             if manager is not None:
-                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s, plane,
+                worker = PlaneWorker(manager, nc, js, Registry(kv, name), heartbeat_s, data,
                                      settings.max_input_bytes)
                 await worker.start()
-                return cls(nc, worker, None, None, plane)
-            view = RegistryView(kv, ttl_s=TTL_BEATS * heartbeat_s)
+                plane.on_reconnect(lambda: _restore_worker(js, ttl_s, worker))
+                return cls(plane, worker, None, None, data)
+            view = RegistryView(kv, ttl_s=ttl_s)
             await view.start()
-            core = PlaneCore(nc, js, view, check_s=heartbeat_s / 2, data_plane=plane)
-            return cls(nc, None, core, view, plane)
+            plane.on_reconnect(lambda: _restore_view(js, ttl_s, view))
+            core = PlaneCore(nc, js, view, check_s=heartbeat_s / 2, data_plane=data,
+                             plane=plane)
+            return cls(plane, None, core, view, data)
         except BaseException:
-            if plane is not None:
-                await plane.stop()
-            await nc.close()
+            if data is not None:
+                await data.stop()
+            await plane.close()
             raise
 
     async def stop_serving(self, grace_s: float) -> None:
@@ -98,5 +104,15 @@ class Node:
         if self._view is not None:
             await self._view.stop()
         await self._data_plane.stop()
-        with contextlib.suppress(nats.errors.Error):
-            await self._nc.drain()
+        await self._plane.close()
+
+
+async def _restore_worker(js: JetStreamContext, ttl_s: float, worker: PlaneWorker) -> None:
+    """After a reconnection: the bucket again, this worker's entries in it at once."""
+    await open_bucket(js, ttl_s)
+    await worker.sync()
+
+
+async def _restore_view(js: JetStreamContext, ttl_s: float, view: RegistryView) -> None:
+    await open_bucket(js, ttl_s)
+    await view.restart()

@@ -5,6 +5,11 @@ A worker puts one entry per model of its repository, key `<model>.<worker>`, val
 TTL drops an entry its worker stopped refreshing (killed, cut off), and a worker that
 exits deletes its own. A frontend follows the bucket (RegistryView): a worker whose
 entries are gone is gone.
+
+After the NATS server restarts (the bucket is in its memory: gone with it) the plane
+makes the bucket again, a worker puts its entries at once (`PlaneWorker.sync`), and a
+frontend's view follows a new watcher (`RegistryView.restart`); the entries it saw
+before stay until their TTL, so a worker that comes back within it never leaves.
 """
 
 from __future__ import annotations
@@ -95,9 +100,17 @@ class RegistryView:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
         if self._watcher is not None:
-            with contextlib.suppress(nats.errors.Error):
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
                 await self._watcher.stop()
+            self._watcher = None
+
+    async def restart(self) -> None:
+        """Follow the bucket with a new watcher (the old one's consumer was lost with
+        the server); what the old one saw stays until its TTL."""
+        await self.stop()
+        await self.start()
 
     async def _follow(self) -> None:
         assert self._watcher is not None

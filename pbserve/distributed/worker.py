@@ -29,6 +29,7 @@ from pbserve.distributed.codec import (
     decode_request, encode_accepted, encode_error, encode_response)
 from pbserve.distributed.data_plane import DataPlane
 from pbserve.distributed.registry import Entry, Registry
+from pbserve.distributed.statistics import StatisticsResponder
 from pbserve.distributed.request_plane import (
     REPLY_HEADER, STREAM, CANCEL_SUBJECT, infer_subject, token)
 from pbserve.errors import ErrorCode, ServerError
@@ -62,10 +63,12 @@ class PlaneWorker:
         self._cancelled: OrderedDict[str, None] = OrderedDict()  # inboxes not pulled yet
         self._beat: asyncio.Task | None = None
         self._cancel_sub = None
+        self._statistics = StatisticsResponder(manager, nc, self.name)
 
     async def start(self) -> None:
         self._cancel_sub = await self._nc.subscribe(CANCEL_SUBJECT, cb=self._on_cancel)
-        await self._sync()
+        await self._statistics.start()
+        await self.sync()
         self._beat = asyncio.create_task(self._heartbeat(), name="pbserve-heartbeat")
         log.info("worker '%s' serving %s on the request plane", self.name,
                  sorted(self._feeds) or "no model")
@@ -76,8 +79,11 @@ class PlaneWorker:
         if self._beat is not None:
             self._beat.cancel()
             await asyncio.gather(self._beat, return_exceptions=True)
-        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
-            await self._registry.remove_all()
+        # Cut off from the plane, each delete would wait out its timeout: the TTL ends
+        # the entries then.
+        if self._nc.is_connected:
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                await self._registry.remove_all()
         await asyncio.gather(*(f.stop() for f in self._feeds.values()))
         self._feeds.clear()
         tasks = list(self._serving.values())
@@ -89,17 +95,19 @@ class PlaneWorker:
         if self._cancel_sub is not None:
             with contextlib.suppress(nats.errors.Error):
                 await self._cancel_sub.unsubscribe()
+        await self._statistics.stop()
 
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat_s)
             try:
-                await self._sync()
+                await self.sync()
             except (nats.errors.Error, asyncio.TimeoutError) as err:
                 log.warning("worker '%s': registry not refreshed: %s", self.name, err)
 
-    async def _sync(self) -> None:
-        """Registry entries and pulls to match the manager's models now."""
+    async def sync(self) -> None:
+        """Registry entries and pulls to match the manager's models now (also at once
+        after a reconnection to the plane: see node.py)."""
         entries = self._entries()
         for name in set(self._feeds) - {n for n, e in entries.items() if e["state"] == READY}:
             await self._feeds.pop(name).stop()
@@ -213,10 +221,15 @@ class _Feed:
         self._sub = None
 
     async def start(self) -> None:
+        await self._subscribe()
+        self._task = asyncio.create_task(self._pull(), name=f"pbserve-pull-{self.model}")
+
+    async def _subscribe(self) -> None:
+        """The model's shared durable consumer (made if it is not there: first worker,
+        or a restarted NATS server that lost it)."""
         self._sub = await self._worker._js.pull_subscribe(
             infer_subject(self.model), durable=token(self.model), stream=STREAM,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S))
-        self._task = asyncio.create_task(self._pull(), name=f"pbserve-pull-{self.model}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -238,9 +251,10 @@ class _Feed:
                 msgs = await self._sub.fetch(1, PULL_S)
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 continue
-            except nats.errors.Error as err:  # the plane is away: try again soon
-                log.warning("'%s': pull failed: %s", self.model, err)
+            except nats.errors.Error as err:  # the plane is away, or lost the consumer
+                log.warning("'%s': pull failed: %s", self.model, err or type(err).__name__)
                 await asyncio.sleep(PULL_S)
+                await self._resubscribe()
                 continue
             for msg in msgs:
                 with contextlib.suppress(nats.errors.Error):
@@ -250,6 +264,21 @@ class _Feed:
                 task.add_done_callback(self._done)
             if len(self._inflight) >= self.capacity:
                 self._room.clear()
+
+    async def _resubscribe(self) -> None:
+        """The consumer again (a restarted NATS server lost it with the stream); the
+        old subscription is kept if that fails, to fail and be retried again."""
+        old = self._sub
+        try:
+            await self._subscribe()
+        except (nats.errors.Error, asyncio.TimeoutError) as err:
+            self._sub = old
+            log.warning("'%s': not subscribed again yet: %s", self.model,
+                        err or type(err).__name__)
+            return
+        if old is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await old.unsubscribe()
 
     def _done(self, task: asyncio.Task) -> None:
         self._inflight.discard(task)

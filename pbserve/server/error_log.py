@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from pbserve.errors import MalformedRequest, ServerError
-from pbserve.server.http_codec import error_of
+from pbserve.server.http.codec import error_of
 from shm.region import ShmExhausted
 
 BURST = 5

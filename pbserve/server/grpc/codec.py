@@ -29,7 +29,7 @@ from pbserve.backend.types import (
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.grpc.shm import tensor_shm
 from pbserve.server.grpc.wire import infer_response_parts
-from pbserve.server.http_codec import byte_view, error_of
+from pbserve.server.http.codec import byte_view, error_of
 
 __all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
            "encode_infer_response_bytes", "error_of", "model_version", "status_code",

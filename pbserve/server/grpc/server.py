@@ -20,7 +20,7 @@ import grpc
 from pbserve.backend.api import InferenceCore
 from pbserve.server.grpc.handlers import add_service
 from pbserve.server.grpc.service import InferenceServicer
-from pbserve.server.http_limits import DEFAULT_MAX_INPUT_SIZE
+from pbserve.server.http.limits import DEFAULT_MAX_INPUT_SIZE
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 

@@ -4,7 +4,7 @@ Errors are Triton's: a `ServerError` ends the call with the gRPC status of its c
 its message; anything unexpected is INTERNAL (and logged). Beyond the KServe v2 core
 RPCs and the repository extension:
 * ModelStatistics answers in Triton's shape (the core's figures, or zeros: see
-  `http_stats`), as perf_analyzer asks for it;
+  `http/stats.py`), as perf_analyzer asks for it;
 * system shared memory (grpc/shm.py); CUDA shared memory lists no regions and
   registering one is refused;
 * LogSettings (grpc/logging.py), TraceSetting (grpc/trace.py).
@@ -24,7 +24,7 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.model_config import config_from_dict
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
-from pbserve.server import http_stats
+from pbserve.server.http import stats as http_stats
 from pbserve.server.grpc import logging as grpc_logging
 from pbserve.server.grpc import shm as grpc_shm
 from pbserve.server.grpc import trace as grpc_trace
@@ -168,15 +168,17 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest,
                               context: grpc.aio.ServicerContext
                               ) -> pb.ModelStatisticsResponse:
-        def produce() -> pb.ModelStatisticsResponse:
-            core = self._core
+        core = self._core
+        try:
             if request.name:
-                stats = http_stats.model(core, request.name, model_version(request.version))
+                stats = await http_stats.model(core, request.name,
+                                               model_version(request.version))
             else:
-                stats = http_stats.all_models(core)
+                stats = await http_stats.all_models(core)
             return json_format.ParseDict(stats, pb.ModelStatisticsResponse(),
                                          ignore_unknown_fields=True)
-        return await self._answer(context, "ModelStatistics", produce)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await self._fail(context, "ModelStatistics", exc)
 
     # -- model repository extension ---------------------------------------------------
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest,

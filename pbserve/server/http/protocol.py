@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable
 
 import httptools
 
-from pbserve.server.http_connections import ConnectionSet
-from pbserve.server.http_limits import body_limit, too_large_message
-from pbserve.server.http_messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
+from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.http.limits import body_limit, too_large_message
+from pbserve.server.http.messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 
 log = logging.getLogger("pbserve.http")
 

@@ -16,11 +16,11 @@ import logging
 from dataclasses import replace
 
 from pbserve.backend.api import InferenceCore
-from pbserve.server.http_connections import ConnectionSet
-from pbserve.server.http_limits import HttpLimits
-from pbserve.server.http_messages import HttpReply, HttpRequest, method_not_allowed, not_found
-from pbserve.server.http_protocol import Handler, HttpConnection
-from pbserve.server.http_routes import Routes
+from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.http.limits import HttpLimits
+from pbserve.server.http.messages import HttpReply, HttpRequest, method_not_allowed, not_found
+from pbserve.server.http.protocol import Handler, HttpConnection
+from pbserve.server.http.routes import Routes
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 

@@ -2,12 +2,14 @@
 
 The InferenceCore protocol has no statistics yet; clients such as perf_analyzer ask for
 them at start-up, so an answer in Triton's format is given: the core's own figures
-when it offers `model_statistics(name, version) -> list[dict]`, else zeros for every
-version the model's metadata lists (NOT_FOUND for an unknown model, as Triton).
+when it offers `model_statistics(name, version) -> list[dict]` (or an awaitable of it:
+a frontend on the request plane asks its workers), else zeros for every version the
+model's metadata lists (NOT_FOUND for an unknown model, as Triton).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from pbserve.backend.api import InferenceCore
@@ -25,17 +27,18 @@ def zero_stats(name: str, version: str) -> dict[str, Any]:
     }
 
 
-def model(core: InferenceCore, name: str, version: str) -> dict[str, Any]:
+async def model(core: InferenceCore, name: str, version: str) -> dict[str, Any]:
     own = getattr(core, "model_statistics", None)
     if own is not None:
-        return {"model_stats": own(name, version)}
+        stats = own(name, version)
+        return {"model_stats": await stats if inspect.isawaitable(stats) else stats}
     versions = [version] if version else core.model_metadata(name).get("versions", [])
     return {"model_stats": [zero_stats(name, v) for v in versions]}
 
 
-def all_models(core: InferenceCore) -> dict[str, Any]:
+async def all_models(core: InferenceCore) -> dict[str, Any]:
     stats: list[dict[str, Any]] = []
     for entry in core.repository_index(ready_only=True):
-        stats.extend(model(core, entry["name"], str(entry.get("version", "")))
+        stats.extend((await model(core, entry["name"], str(entry.get("version", ""))))
                      ["model_stats"])
     return {"model_stats": stats}

@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
-from pbserve.server.http_codec import parse_json
-from pbserve.server.http_messages import (
+from pbserve.server.http.codec import parse_json
+from pbserve.server.http.messages import (
     HttpReply,
     HttpRequest,
     json_reply,

@@ -7,7 +7,7 @@ parameters that name a region.
     /v2/cudasharedmemory/...                           the same paths; registering is refused
 
 The tensor parameters (`shared_memory_region`, `_offset`, `_byte_size`) are read by
-http_codec.
+codec.py.
 
 Replies, codes and messages are Triton's (pbserve/backend/shared_memory.py), except that
 a register body field of the wrong JSON type is 400 "Unable to parse ..." (Triton: 500
@@ -20,8 +20,8 @@ from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
 from pbserve.errors import invalid_arg
-from pbserve.server.http_codec import parse_json, unsigned_field
-from pbserve.server.http_messages import (
+from pbserve.server.http.codec import parse_json, unsigned_field
+from pbserve.server.http.messages import (
     CONTENT_JSON,
     HttpReply,
     HttpRequest,

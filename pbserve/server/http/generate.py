@@ -21,10 +21,10 @@ from typing import Any
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg
-from pbserve.server import http_codec as codec
+from pbserve.server.http import codec
 from pbserve.server import jsonio
-from pbserve.server.http_compression import decompress_body
-from pbserve.server.http_messages import (
+from pbserve.server.http.compression import decompress_body
+from pbserve.server.http.messages import (
     HttpReply,
     HttpRequest,
     HttpStreamReply,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
-from pbserve.server import http_codec as codec
+from pbserve.server.http import codec
 from pbserve.server import jsonio
-from pbserve.server.http_compression import compress, decompress_body, response_encoding
-from pbserve.server.http_limits import JSON_LENGTH_HEADER, body_limit
-from pbserve.server.http_messages import (
+from pbserve.server.http.compression import compress, decompress_body, response_encoding
+from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit
+from pbserve.server.http.messages import (
     CONTENT_BINARY,
     CONTENT_JSON,
     HttpReply,

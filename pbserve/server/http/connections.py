@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from pbserve.server.error_log import ErrorLog
-from pbserve.server.http_limits import HttpLimits
+from pbserve.server.http.limits import HttpLimits
 
 log = logging.getLogger("pbserve.http")
 
@@ -30,7 +30,7 @@ _SWEEP_MAX_S = 1.0
 
 
 class Connection(Protocol):
-    """What the set needs of a connection (http_protocol.HttpConnection)."""
+    """What the set needs of a connection (protocol.HttpConnection)."""
 
     @property
     def idle_since(self) -> float | None:

@@ -11,9 +11,9 @@ accepted shapes are those of Triton's own patterns:
                                                    generate_stream (POST)
     /v2/repository[/R]/index                  POST
     /v2/repository[/R]/models/M/(load|unload) POST (a repository name R: 501, as Triton)
-    /v2/(system|cuda)sharedmemory[/region/R]/(status|register|unregister)  (http_shm)
-    /v2/logging                               GET, POST  (http_logging)
-    /v2[/models/M]/trace/setting              GET, POST  (http_trace)
+    /v2/(system|cuda)sharedmemory[/region/R]/(status|register|unregister)  (shm.py)
+    /v2/logging                               GET, POST  (logging.py)
+    /v2[/models/M]/trace/setting              GET, POST  (trace.py)
 
 Anything else is 404 `{"error": "Not Found"}`; a known path with the wrong method is
 405 `{"error": "Method Not Allowed"}`.
@@ -26,14 +26,17 @@ from typing import Any
 from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
-from pbserve.server import (
-    http_logging, http_repository, http_shm, http_stats, http_trace)
+from pbserve.server.http import logging as http_logging
+from pbserve.server.http import repository as http_repository
+from pbserve.server.http import shm as http_shm
+from pbserve.server.http import stats as http_stats
+from pbserve.server.http import trace as http_trace
 from pbserve.server.error_log import ErrorLog
-from pbserve.server.http_generate import handle_generate
-from pbserve.server.http_infer import handle_infer
-from pbserve.server.http_limits import HttpLimits
+from pbserve.server.http.generate import handle_generate
+from pbserve.server.http.infer import handle_infer
+from pbserve.server.http.limits import HttpLimits
 from pbserve.server.restrictions import Restriction, http_category, http_refusal
-from pbserve.server.http_messages import (
+from pbserve.server.http.messages import (
     HttpReply,
     HttpRequest,
     HttpStreamReply,
@@ -101,7 +104,9 @@ class Routes:
     async def _model(self, request: HttpRequest, parts: list[str]) -> Reply:
         name, rest = parts[3], parts[4:]
         if len(parts) == 4 and name == "stats":
-            return self._get(request, lambda: http_stats.all_models(self._core))
+            if request.method != GET:
+                return method_not_allowed()
+            return json_reply(await http_stats.all_models(self._core))
         version = ""
         if rest and rest[0] == "versions":
             if len(rest) < 2 or not (rest[1].isascii() and rest[1].isdigit()):
@@ -131,7 +136,7 @@ class Routes:
         if kind == "config":
             return json_reply(core.model_config(name, version))
         if kind == "stats":
-            return json_reply(http_stats.model(core, name, version))
+            return json_reply(await http_stats.model(core, name, version))
         return await handle_generate(core, request, name, version,
                                      kind == "generate_stream", self._max_input)
 

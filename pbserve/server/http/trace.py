@@ -5,8 +5,8 @@ from __future__ import annotations
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.tracing import TRACER
 from pbserve.errors import invalid_arg
-from pbserve.server.http_codec import parse_json
-from pbserve.server.http_messages import HttpReply, HttpRequest, json_reply, method_not_allowed
+from pbserve.server.http.codec import parse_json
+from pbserve.server.http.messages import HttpReply, HttpRequest, json_reply, method_not_allowed
 from pbserve.server.trace_setting import changes_of, model_ready
 
 

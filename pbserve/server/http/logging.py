@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pbserve.backend.log_settings import SERVER_LOG
 from pbserve.errors import invalid_arg
-from pbserve.server.http_codec import parse_json
-from pbserve.server.http_messages import HttpReply, HttpRequest, json_reply, method_not_allowed
+from pbserve.server.http.codec import parse_json
+from pbserve.server.http.messages import HttpReply, HttpRequest, json_reply, method_not_allowed
 
 
 def handle(request: HttpRequest) -> HttpReply:

@@ -1,7 +1,7 @@
 """The request and reply objects passed between the HTTP connection and the routes.
 
 Plain slotted classes rather than dataclasses: one of each is built per request on the
-hot path, and the connection (http_protocol) never needs more than these fields.
+hot path, and the connection (protocol.py) never needs more than these fields.
 Header names are lower-cased bytes, as they come off the parser.
 """
 
