@@ -181,10 +181,14 @@ class PlaneCore:
         no worker took within its `timeout_us` fails as a queued one does locally. The
         inputs `held` for the worker are freed when the call ends."""
         deadline = time.monotonic() + timeout_us / 1e6 if timeout_us else None
-        self._check_plane(model)
-        losses = self._plane.losses if self._plane is not None else 0
-        inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
+        try:
+            self._check_plane(model)
+            losses = self._plane.losses if self._plane is not None else 0
+            inbox = self._nc.new_inbox()
+            sub = await self._nc.subscribe(inbox)
+        except BaseException:
+            held.free()
+            raise
         worker, done = "", False
         try:
             try:
