@@ -55,6 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--plane-heartbeat-secs", type=float, default=1.0,
         help="pbserve: a worker refreshes its registry entries this often; they expire "
              "after 3 beats (a killed worker's requests fail then)")
+    add("--data-plane-address", default="127.0.0.1", metavar="HOST[:PORT]",
+        help="pbserve: where this process's data-plane listener binds (large tensors are "
+             "pulled from it over TCP); PORT 0 or none: any free port. Give an address "
+             "the other hosts reach this one at; default loopback (one host)")
+    add("--plane-inline-max-bytes", type=int, default=64 * 1024,
+        help="pbserve: tensors up to this size travel inline in the NATS message; "
+             "larger ones by the data plane")
+    add("--data-plane-ttl-secs", type=float, default=60.0,
+        help="pbserve: a tensor held for a peer is freed if not pulled within this")
     add("--worker-name", default="",
         help="pbserve: this worker's name on the plane (default: HOST-PID)")
     add("--request-plane-creds", default="", metavar="FILE",
@@ -236,15 +245,21 @@ async def serve(args: argparse.Namespace) -> int:
                           "serves the others)", ", ".join(failed))
                 return 1
         if args.request_plane:
-            from pbserve.distributed.node import Node  # only with a plane: imports nats
+            # only with a plane: imports nats
+            from pbserve.distributed.node import DataPlaneSettings, Node
 
             from pbserve.distributed.request_plane import ConnectionOptions, PlaneConnectError
 
+            data_plane = DataPlaneSettings(args.data_plane_address,
+                                           args.plane_inline_max_bytes,
+                                           args.data_plane_ttl_secs,
+                                           args.http_max_input_size)
             try:
                 node = await Node.start(args.request_plane, manager,
                                         args.plane_heartbeat_secs, args.worker_name,
                                         ConnectionOptions.from_args(args),
-                                        args.model_control_mode)
+                                        control_mode=args.model_control_mode,
+                                        data_plane=data_plane)
             except PlaneConnectError as exc:
                 log.error("%s", exc)
                 return 1
@@ -302,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
+    if args.plane_inline_max_bytes < 0 or args.data_plane_ttl_secs <= 0:
+        parser.error("--plane-inline-max-bytes must be >= 0 and --data-plane-ttl-secs > 0")
+    port = args.data_plane_address.rpartition(":")[2] if ":" in args.data_plane_address \
+        and not args.data_plane_address.endswith("]") else "0"
+    if not port.isdigit() or int(port) > 65535:
+        parser.error(f"--data-plane-address '{args.data_plane_address}': expected "
+                     f"HOST[:PORT] (an IPv6 HOST in brackets)")
     if plane_error := check_request_plane_options(args):
         print(f"error: {plane_error}", file=sys.stderr)
         return 1

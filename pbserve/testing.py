@@ -57,7 +57,11 @@ class RunningServer:
         """`launcher`: a command the server runs under, e.g. `["unshare", "--pid",
         "--fork"]` or a namespace wrapper; it must stay in the server's process group.
         `env`: variables added to the server's environment."""
-        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        plane = "--request-plane" in args and "--data-plane-address" not in args
+        self.http_port, self.grpc_port, self.metrics_port, data_port = free_ports(4)
+        # A data plane on a chosen port too: one on "any free port" could take a port
+        # chosen here for another server before that server binds it.
+        self.data_plane_address = f"127.0.0.1:{data_port}" if plane else ""
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -66,6 +70,8 @@ class RunningServer:
             command += ["--model-repository", str(repo)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
                     "--metrics-port", str(self.metrics_port), *args]
+        if plane:
+            command += ["--data-plane-address", self.data_plane_address]
         if "--exit-on-error" not in args:  # a test may want to look at a failed model
             command += ["--exit-on-error", "false"]
         self.log_path = Path(log_path) if log_path else None

@@ -1,9 +1,13 @@
 """The wire encoding of requests and responses on the request plane.
 
-A message is a 4-byte little-endian header length, a JSON header, then every tensor's
-raw bytes (Triton's layout, as `TensorData.data`) back to back, in the header's order.
-No pickle: a frame from another host is data, never code. Decoded tensors are
-memoryviews over the message's bytes (no copy).
+A message is a 4-byte little-endian header length, a JSON header, then every inline
+tensor's raw bytes (Triton's layout, as `TensorData.data`) back to back, in the header's
+order. Given a `HeldGroup` (data_plane.py), a tensor over its `inline_max` bytes, or one
+that would take the message's inline bytes over its `inline_budget`, is held by the
+sender and travels as a descriptor (its holder's address and a one-use token) instead:
+its decoded `data` is a `Remote` until `DataPlane.fill` pulls it. No pickle: a frame
+from another host is data, never code. Decoded inline tensors are memoryviews over the
+message's bytes (no copy).
 """
 
 from __future__ import annotations
@@ -13,16 +17,30 @@ import struct
 from typing import Any
 
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
+from pbserve.distributed.data_plane import Descriptor, HeldGroup, Remote
 from pbserve.errors import ErrorCode, ServerError
 
 _LENGTH = struct.Struct("<I")
 
 
-def _frame(header: dict[str, Any], tensors: list[TensorData]) -> bytes:
-    header["tensors"] = [[t.name, t.datatype, list(t.shape), memoryview(t.data).nbytes]
-                         for t in tensors]
+def _frame(header: dict[str, Any], tensors: list[TensorData],
+           group: HeldGroup | None = None) -> bytes:
+    """`group`: where tensors too large to go inline are held (None: all inline)."""
+    entries, inline, inline_bytes = [], [], 0
+    for t in tensors:
+        nbytes = memoryview(t.data).nbytes
+        entry: list[Any] = [t.name, t.datatype, list(t.shape), nbytes]
+        if group is not None and (nbytes > group.inline_max
+                                  or inline_bytes + nbytes > group.inline_budget):
+            held = group.hold(t.data)
+            entry += [held.address, held.token]
+        else:
+            inline.append(t.data)
+            inline_bytes += nbytes
+        entries.append(entry)
+    header["tensors"] = entries
     head = json.dumps(header, separators=(",", ":")).encode()
-    return b"".join([_LENGTH.pack(len(head)), head, *(t.data for t in tensors)])
+    return b"".join([_LENGTH.pack(len(head)), head, *inline])
 
 
 def _unframe(data: bytes) -> tuple[dict[str, Any], list[TensorData]]:
@@ -31,20 +49,29 @@ def _unframe(data: bytes) -> tuple[dict[str, Any], list[TensorData]]:
     header = json.loads(bytes(view[_LENGTH.size:_LENGTH.size + length]))
     offset = _LENGTH.size + length
     tensors = []
-    for name, datatype, shape, nbytes in header.pop("tensors"):
+    for name, datatype, shape, nbytes, *remote in header.pop("tensors"):
+        if remote:  # [address, token]: on its holder, pulled by DataPlane.fill
+            address, token = remote
+            tensors.append(TensorData(name, datatype, tuple(shape),
+                                      Remote(Descriptor(address, token, nbytes))))  # type: ignore[arg-type]
+            continue
+        if offset + nbytes > len(view):
+            raise ValueError(f"message truncated: tensor '{name}' needs {nbytes} bytes")
         tensors.append(TensorData(name, datatype, tuple(shape), view[offset:offset + nbytes]))
         offset += nbytes
     return header, tensors
 
 
-def encode_request(request: InferRequest, stream: bool) -> bytes:
-    """`stream`: the caller reads every response (decoupled), else exactly one."""
+def encode_request(request: InferRequest, stream: bool, group: HeldGroup | None = None
+                   ) -> bytes:
+    """`stream`: the caller reads every response (decoupled), else exactly one.
+    `group`: holds the inputs that go by descriptor (see the module's docstring)."""
     return _frame({"model": request.model_name, "version": request.model_version,
                    "id": request.id, "outputs": request.requested_outputs,
                    "parameters": request.parameters,
                    "correlation_id": request.correlation_id, "flags": request.flags,
                    "priority": request.priority, "timeout_us": request.timeout_us,
-                   "stream": stream}, request.inputs)
+                   "stream": stream}, request.inputs, group)
 
 
 def decode_request(data: bytes) -> tuple[InferRequest, bool]:
@@ -56,12 +83,13 @@ def decode_request(data: bytes) -> tuple[InferRequest, bool]:
     return request, bool(header["stream"])
 
 
-def encode_response(response: InferResponse, worker: str) -> bytes:
+def encode_response(response: InferResponse, worker: str, group: HeldGroup | None = None
+                    ) -> bytes:
     error = response.error
     return _frame({"model": response.model_name, "version": response.model_version,
                    "id": response.id, "parameters": response.parameters,
                    "error": [int(error.code), error.message] if error else None,
-                   "final": response.final, "worker": worker}, response.outputs)
+                   "final": response.final, "worker": worker}, response.outputs, group)
 
 
 def encode_error(error: ServerError, model: str, worker: str) -> bytes:

@@ -7,7 +7,9 @@ fails with UNAVAILABLE naming that worker; one that leaves (client gone, gRPC ca
 broadcasts a cancellation the worker passes on to the model. While the connection to
 the NATS server is down, requests fail at once with UNAVAILABLE naming the plane, and
 those in flight when it went down fail too (what the server held is lost with it).
-Statistics are the workers' own, summed (statistics.py).
+Statistics are the workers' own, summed (statistics.py). Inputs too large to go inline
+are held here for the worker to pull (data_plane.py) until the request ends; outputs a
+worker holds are pulled from it before the response is returned.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pbserve.backend.manager import EXTENSIONS, READY
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.distributed.codec import decode_response, encode_request
+from pbserve.distributed.data_plane import DataPlane, HeldGroup
 from pbserve.distributed.model_control import PlaneControl
 from pbserve.distributed.registry import Entry, RegistryView
 from pbserve.distributed.request_plane import (
@@ -42,8 +45,9 @@ class PlaneCore:
     """InferenceCore for a frontend with no models of its own."""
 
     def __init__(self, nc: Client, js: JetStreamContext, registry: RegistryView,
-                 check_s: float, plane: Plane | None = None) -> None:
+                 check_s: float, data_plane: DataPlane, plane: Plane | None = None) -> None:
         self._nc = nc
+        self._data_plane = data_plane
         self._plane = plane
         self._js = js
         self._registry = registry
@@ -151,8 +155,8 @@ class PlaneCore:
 
     # -- inference ---------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        payload = self._encode(request, stream=False)
-        call = self._call(request.model_name, payload, request.timeout_us)
+        payload, held = self._encode(request, stream=False)
+        call = self._call(request.model_name, payload, held, request.timeout_us)
         async with contextlib.aclosing(call) as responses:
             async for response in responses:
                 return response
@@ -163,8 +167,8 @@ class PlaneCore:
                      ) -> AsyncIterator[InferResponse]:
         """Refuses an unknown model or a bad request at once, as the local manager.
         `on_inbox` gets the request's inbox once it is sent (for `ask_to_cancel`)."""
-        return self._call(request.model_name, self._encode(request, stream=True),
-                          request.timeout_us, on_inbox)
+        payload, held = self._encode(request, stream=True)
+        return self._call(request.model_name, payload, held, request.timeout_us, on_inbox)
 
     async def ask_to_cancel(self, inbox: str) -> None:
         """Cancel the request of `inbox` while its caller reads on: the worker passes the
@@ -172,30 +176,42 @@ class PlaneCore:
         with contextlib.suppress(nats.errors.Error):
             await self._nc.publish(CANCEL_SUBJECT, inbox.encode())
 
-    def _encode(self, request: InferRequest, stream: bool) -> bytes:
+    def _encode(self, request: InferRequest, stream: bool) -> tuple[bytes, HeldGroup]:
+        """The request's message, and the group holding its large inputs."""
         self._check_plane(request.model_name)  # first: the registry empties while away
         self._entry(request.model_name, request.model_version)
         if request.uses_shm:
             raise ServerError(ErrorCode.UNSUPPORTED, "shared memory regions are not "
                               "available through a pbserve frontend")
-        payload = encode_request(request, stream)
-        if len(payload) > self._nc.max_payload:
-            raise ServerError(ErrorCode.UNSUPPORTED, f"request of {len(payload)} bytes "
-                              f"exceeds the request plane's max payload of "
-                              f"{self._nc.max_payload} bytes (large tensors need the data "
-                              f"plane, not done yet)")
-        return payload
+        held = self._data_plane.group()
+        try:
+            payload = encode_request(request, stream, held)
+            if len(payload) > self._nc.max_payload:
+                raise ServerError(ErrorCode.UNSUPPORTED, f"request of {len(payload)} bytes"
+                                  f" exceeds the request plane's max payload of "
+                                  f"{self._nc.max_payload} bytes (its header and "
+                                  f"parameters: tensors go by the data plane)")
+        except BaseException:
+            held.free()
+            raise
+        held.close()
+        return payload, held
 
-    async def _call(self, model: str, payload: bytes, timeout_us: int = 0,
+    async def _call(self, model: str, payload: bytes, held: HeldGroup, timeout_us: int = 0,
                     on_inbox: Callable[[str], None] | None = None
                     ) -> AsyncIterator[InferResponse]:
         """Publish the request, then yield its responses until the final one. A request
-        no worker took within its `timeout_us` fails as a queued one does locally."""
+        no worker took within its `timeout_us` fails as a queued one does locally. The
+        inputs `held` for the worker are freed when the call ends."""
         deadline = time.monotonic() + timeout_us / 1e6 if timeout_us else None
-        self._check_plane(model)
-        losses = self._plane.losses if self._plane is not None else 0
-        inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
+        try:
+            self._check_plane(model)
+            losses = self._plane.losses if self._plane is not None else 0
+            inbox = self._nc.new_inbox()
+            sub = await self._nc.subscribe(inbox)
+        except BaseException:
+            held.free()
+            raise
         if on_inbox is not None:
             on_inbox(inbox)
         worker, done = "", False
@@ -223,9 +239,11 @@ class PlaneCore:
                 if response is None:
                     worker = sender
                     continue
+                await self._data_plane.fill(response.outputs, f"worker '{sender}'")
                 done = response.final
                 yield response
         finally:
+            held.free()
             if not done:  # the client left, or the worker is gone: tell whoever has it
                 with contextlib.suppress(nats.errors.Error):
                     await self._nc.publish(CANCEL_SUBJECT, inbox.encode())

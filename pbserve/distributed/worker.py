@@ -7,6 +7,9 @@ request to another. A request's inbox gets an
 "accepted" message naming this worker, then every response. A heartbeat puts the
 worker's registry entries again (keeping them inside the bucket's TTL) and follows the
 models its manager loads or unloads. `stop` deletes its entries and stops pulling.
+A request's inputs sent by descriptor are pulled from their holder before it runs; a
+response's large outputs stay in their shared memory, held for the caller to pull
+(data_plane.py), and the response is released once they are pulled or expire.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pbserve.backend.manager import READY, ModelManager
 from pbserve.distributed.codec import (
     decode_request, encode_accepted, encode_error, encode_response)
+from pbserve.distributed.data_plane import DataPlane
 from pbserve.distributed.registry import Entry, Registry
 from pbserve.distributed.statistics import StatisticsResponder
 from pbserve.distributed.request_plane import (
@@ -49,8 +53,11 @@ CANCELLED_KEPT = 10_000
 
 class PlaneWorker:
     def __init__(self, manager: ModelManager, nc: Client, js: JetStreamContext,
-                 registry: Registry, heartbeat_s: float) -> None:
+                 registry: Registry, heartbeat_s: float, data_plane: DataPlane,
+                 max_input_bytes: int) -> None:
         self._manager = manager
+        self._data_plane = data_plane
+        self._max_input_bytes = max_input_bytes  # pulled for one request, at most
         self._nc = nc
         self._js = js
         self._registry = registry
@@ -170,6 +177,7 @@ class PlaneWorker:
             await self._nc.publish(inbox, encode_accepted(self.name))
             request, stream = decode_request(msg.data)
             model = request.model_name
+            await self._data_plane.fill(request.inputs, "the caller", self._max_input_bytes)
             if stream:
                 async for response in self._manager.stream_infer(request):
                     await self._send(inbox, response)
@@ -187,15 +195,20 @@ class PlaneWorker:
             self._serving.pop(inbox, None)
 
     async def _send(self, inbox: str, response) -> None:
+        """Large outputs are held (the response released once they are pulled)."""
+        held = self._data_plane.group(on_free=response.release)
         try:
-            payload = encode_response(response, self.name)
-        finally:
-            response.release()
-        if len(payload) > self._nc.max_payload:
-            raise ServerError(ErrorCode.UNSUPPORTED, f"response of {len(payload)} bytes "
-                              f"exceeds the request plane's max payload of "
-                              f"{self._nc.max_payload} bytes")
-        await self._nc.publish(inbox, payload)
+            payload = encode_response(response, self.name, held)
+            if len(payload) > self._nc.max_payload:
+                raise ServerError(ErrorCode.UNSUPPORTED, f"response of {len(payload)} bytes"
+                                  f" exceeds the request plane's max payload of "
+                                  f"{self._nc.max_payload} bytes (its header and "
+                                  f"parameters: tensors go by the data plane)")
+            await self._nc.publish(inbox, payload)
+        except BaseException:
+            held.free()
+            raise
+        held.close()
 
     async def _send_error(self, inbox: str, error: ServerError, model: str) -> None:
         with contextlib.suppress(nats.errors.Error):
