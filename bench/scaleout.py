@@ -9,7 +9,11 @@ own stubs), all on this machine:
 2. a 64 MiB tensor: `identity` called locally against through the frontend (the input
    pulled by the worker from the frontend's data plane, the output by the frontend from
    the worker's), and a bare data-plane pull of 64 MiB over loopback;
-3. throughput of `spin` (a CPU-bound model: a pure-Python loop, one instance a worker)
+3. a 64 MiB tensor A -> B through the data plane against a local BLS call:
+   `bls_forward` hands its input to `identity` and the answer back; called on a worker
+   that has `identity` too (local BLS) and on a worker that has only `bls_forward` (its
+   call crosses to another worker, the tensor pulled point to point both ways);
+4. throughput of `spin` (a CPU-bound model: a pure-Python loop, one instance a worker)
    through the frontend with 1, 2 and 4 workers, `--clients` HTTP clients.
 
     flock -x /tmp/pbserve-cpu.lock python bench/scaleout.py [--seconds 4] [--clients 8]
@@ -71,6 +75,14 @@ def _repository(tmp: Path, loops: int) -> Path:
     (repo / "spin/1/model.py").write_text(SPIN.format(loops=loops))
     (repo / "spin/config.pbtxt").write_text(SPIN_CONFIG)
     shutil.copytree(ROOT / "models/examples/identity", repo / "identity")
+    shutil.copytree(ROOT / "tests/models/bls_forward", repo / "bls_forward")
+    return repo
+
+
+def _callers(tmp: Path) -> Path:
+    """A repository with only bls_forward: its BLS calls of identity cross the plane."""
+    repo = tmp / "callers"
+    shutil.copytree(ROOT / "tests/models/bls_forward", repo / "bls_forward")
     return repo
 
 
@@ -118,7 +130,8 @@ def _latency_us(call, count: int) -> tuple[float, float]:
     return statistics.median(times), times[int(len(times) * 0.9)]
 
 
-def _identity_call(module, url: str, data: np.ndarray, datatype: str):
+def _identity_call(module, url: str, data: np.ndarray, datatype: str,
+                   model: str = "identity"):
     name = f"INPUT_{datatype}"
     if module is httpclient:
         client = httpclient.InferenceServerClient(url, network_timeout=300)
@@ -132,7 +145,7 @@ def _identity_call(module, url: str, data: np.ndarray, datatype: str):
         outputs = [grpcclient.InferRequestedOutput(f"OUTPUT_{datatype}")]
 
     def call() -> None:
-        result = client.infer("identity", [tensor], outputs=outputs)
+        result = client.infer(model, [tensor], outputs=outputs)
         assert result.as_numpy(f"OUTPUT_{datatype}").nbytes == data.nbytes
 
     return call
@@ -215,7 +228,24 @@ def main() -> None:
             print(f"  one bare data-plane pull of 64 MiB over loopback: {bare:.1f} ms "
                   f"({64 / 1024 / (bare / 1e3):.2f} GiB/s)")
 
-            print(f"\n3. throughput of spin (CPU-bound, ~{args.loops // 20_000} ms of one "
+            print("\n3. 64 MiB (FP32) through BLS: bls_forward hands it to identity and "
+                  "back, called on the worker's own HTTP, median of 5, ms:")
+            caller = RunningServer([_callers(tmp)], [*plane, "--worker-name", "caller"],
+                                   tmp / "caller.log")
+            try:
+                caller.wait_ready(timeout=120)
+                _wait(lambda: caller.http_client().is_model_ready("bls_forward"))
+                floats = np.frombuffer(big, np.float32)
+                lm, _ = _latency_us(_identity_call(httpclient, worker.http_url, floats,
+                                                   "FP32", "bls_forward"), 5)
+                rm, _ = _latency_us(_identity_call(httpclient, caller.http_url, floats,
+                                                   "FP32", "bls_forward"), 5)
+            finally:
+                caller.stop()
+            print(f"  identity on the same worker (local BLS) {lm / 1e3:7.1f}   on another "
+                  f"worker (A -> B by the data plane, and back) {rm / 1e3:7.1f}")
+
+            print(f"\n4. throughput of spin (CPU-bound, ~{args.loops // 20_000} ms of one "
                   f"core a request) through the frontend, {args.clients} HTTP clients, "
                   f"{args.seconds:g} s:")
             base = None

@@ -322,7 +322,7 @@ def test_a_frontend_not_in_explicit_mode_refuses_load_and_unload(plane):
 def _split_repositories(tmp: Path) -> tuple[Path, Path]:
     callers, targets = tmp / "callers", tmp / "targets"
     shutil.copytree(ROOT / "tests/models/remote_caller", callers / "remote_caller")
-    for name in ("add_sub", "repeat"):
+    for name in ("add_sub", "repeat", "identity"):
         shutil.copytree(ROOT / "models/examples" / name, targets / name)
     shutil.copytree(ROOT / "tests/models/cancel_probe", targets / "cancel_probe")
     return callers, targets
@@ -347,7 +347,8 @@ def split(tmp_path_factory):
             for server in servers.values():
                 client = server.http_client()
                 wait_for(lambda: all(client.is_model_ready(m) for m in
-                                     ("remote_caller", "add_sub", "repeat", "cancel_probe")))
+                                     ("remote_caller", "add_sub", "repeat", "cancel_probe",
+                                      "identity")))
             yield servers | {"targets": targets, "plane": plane}
         finally:
             for server in servers.values():
@@ -356,7 +357,8 @@ def split(tmp_path_factory):
 
 def _remote_inputs(module, mode: str, x=None) -> list:
     x = np.arange(16, dtype=np.float32) if x is None else x
-    inputs = [module.InferInput("MODE", [1], "BYTES"), module.InferInput("X", [16], "FP32")]
+    inputs = [module.InferInput("MODE", [1], "BYTES"),
+              module.InferInput("X", [len(x)], "FP32")]
     inputs[0].set_data_from_numpy(np.array([mode.encode()], dtype=object))
     inputs[1].set_data_from_numpy(x)
     return inputs
@@ -376,6 +378,15 @@ def test_bls_exec_reaches_a_model_served_only_by_another_worker(split, mode, pro
     y, info = _call_remote(client, module, mode, x)
     assert info == {"errors": [], "responses": 1}
     np.testing.assert_array_equal(y, x + x)
+
+
+def test_a_large_tensor_goes_frontend_to_w1_to_w2_and_back_by_the_data_plane(split):
+    """8 MiB: over the inline limit at every hop, so each is a descriptor pulled point to
+    point (frontend -> w1, w1's BLS -> w2, and the answers back)."""
+    x = np.random.default_rng(7).random(2 * 1024 * 1024, dtype=np.float32)
+    y, info = _call_remote(split["frontend"].http_client(), httpclient, "identity", x)
+    assert info == {"errors": [], "responses": 1}
+    np.testing.assert_array_equal(y, x)
 
 
 def test_bls_decoupled_stream_from_another_worker_yields_every_response(split):

@@ -3,7 +3,7 @@
 MODE picks the call: "sync" (exec) and "async" (async_exec) ask add_sub for X + X;
 "decoupled" streams repeat over X; "cancel" cancels a long repeat stream after its first
 response; "missing" calls a model nobody serves; "misuse" calls the decoupled repeat
-without decoupled=True; "probe:PATH" calls cancel_probe (which waits to be cancelled and
+without decoupled=True; "identity" sends X (any length) to identity and back; "probe:PATH" calls cancel_probe (which waits to be cancelled and
 writes what it saw to PATH), "doomed:PATH" the same of doomed_probe; "ready" asks `is_model_ready` of add_sub and of a model
 nobody serves. Y is what came back, INFO (JSON) the count and errors seen.
 """
@@ -46,6 +46,10 @@ class TritonPythonModel:
                 inputs=[pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", x)],
                 requested_output_names=["OUTPUT0"])
             answers = [call.exec() if mode != "async" else await call.async_exec()]
+        elif mode == "identity":
+            answers = [pb_utils.InferenceRequest(
+                model_name="identity", inputs=[pb_utils.Tensor("INPUT_FP32", x)],
+                requested_output_names=["OUTPUT_FP32"]).exec()]
         elif mode == "misuse":
             call = pb_utils.InferenceRequest(
                 model_name="repeat", inputs=[pb_utils.Tensor("IN", x.astype(np.int32))],
@@ -66,7 +70,7 @@ class TritonPythonModel:
             if answer.has_error():
                 info["errors"].append(answer.error().message())
                 continue
-            for name in ("OUTPUT0", "OUT"):
+            for name in ("OUTPUT0", "OUT", "OUTPUT_FP32"):
                 out = _tensor(answer, name)
                 if out is not None:
                     values.extend(out.astype(np.float32).tolist())
