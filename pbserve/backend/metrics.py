@@ -113,7 +113,7 @@ def sum_counters(entries: list[dict[str, Any]]) -> list[ModelStats]:
     total: dict[tuple[str, str], ModelStats] = {}
     for entry in entries:
         key = (entry["model"], entry["version"])
-        stats = total.get(key) or total.setdefault(key, ModelStats(*key))
+        stats = total.get(key) or total.setdefault(key, ModelStats(*key))  # new only for a new key
         for name in COUNTERS:
             if name == "failures":
                 for reason, count in entry[name].items():

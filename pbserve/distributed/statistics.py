@@ -7,7 +7,8 @@ manager's statistics of a model (Triton's statistics extension entries). A front
 the model, at the same time, and sums their answers version by version: counts and
 durations add up, `last_inference` is the latest. A worker that does not answer within
 STATS_TIMEOUT_S (killed, cut off) is left out of the sum, with a warning in the log; a
-worker that is gone takes its figures with it.
+worker that is gone takes its figures with it. The frontend's /metrics is made the same
+way from every worker's model counters (`gather_metrics`).
 """
 
 from __future__ import annotations
