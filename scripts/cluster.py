@@ -23,19 +23,15 @@ second, the rest spread).
 from __future__ import annotations
 
 import ctypes
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from pbserve.backend.repository import scan_repositories
-from pbserve.distributed.nats_server import nats_server_path
-from pbserve.testing import free_ports
+from pbserve.testing import RunningNats, free_ports
 
 PR_SET_PDEATHSIG = 1
 
@@ -80,43 +76,6 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-class Nats:
-    """nats-server with JetStream on a free loopback port, its store in a temporary
-    directory; in its own session (a terminal's Ctrl-C leaves it to the script)."""
-
-    def __init__(self) -> None:
-        (self.port,) = free_ports(1)
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self._store = tempfile.mkdtemp(prefix="pbserve-cluster-nats-")
-        self.proc = subprocess.Popen(
-            [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd",
-             self._store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=die_with_parent)
-
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"nats-server exited with status {self.proc.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"nats-server not listening after {timeout} s") from None
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        shutil.rmtree(self._store, ignore_errors=True)
-
-
 def _sources(repos: list[Path], model: str) -> str:
     for repo in repos:
         if (repo / model).is_dir():
@@ -155,7 +114,7 @@ class Cluster:
         wanted = names if mode != "explicit" or "*" in loads else list(dict.fromkeys(loads))
         self.halves = split_models(paths, wanted, max(1, workers))
         self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.nats = Nats()
+        self.nats = RunningNats(preexec_fn=die_with_parent)
         self._worker_ports: list[int] = []
         try:
             self.nats.wait_ready()
