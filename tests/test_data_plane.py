@@ -245,3 +245,45 @@ def test_a_holder_that_is_gone_fails_the_pull_unavailable_naming_it():
             in str(err.value)
 
     asyncio.run(run())
+
+
+def test_a_cancel_frees_the_outputs_a_worker_holds_for_its_caller():
+    """A caller that gives up after the final response but before pulling its outputs
+    (the frontend publishes a cancel then): the worker frees them, and the shared
+    memory they are in, at once rather than when their TTL passes."""
+    from types import SimpleNamespace
+
+    from pbserve.backend.types import InferResponse, TensorData
+    from pbserve.distributed.worker import PlaneWorker
+
+    class Nats:  # what PlaneWorker._send needs of a connection
+        max_payload = 1 << 20
+
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        async def publish(self, subject: str, payload: bytes) -> None:
+            self.sent.append(subject)
+
+    async def run() -> None:
+        holder = DataPlane("127.0.0.1", 0, 64, 1024, ttl_s=60)
+        await holder.start()
+        try:
+            worker = PlaneWorker(None, Nats(), None, SimpleNamespace(worker="w1"), 1.0,
+                                 holder, 1 << 20)
+            released: list[str] = []
+            for inbox in ("_INBOX.a", "_INBOX.b"):
+                output = TensorData("OUT", "UINT8", (4096,), b"z" * 4096)
+                response = InferResponse("m", "1", outputs=[output],
+                                         _release=lambda i=inbox: released.append(i))
+                await worker._send(inbox, response)
+            assert holder.held_count == 2 and released == []
+            await worker._on_cancel(SimpleNamespace(data=b"_INBOX.a"))
+            assert holder.held_count == 1 and released == ["_INBOX.a"]
+            await worker._on_cancel(SimpleNamespace(data=b"_INBOX.a"))  # twice: harmless
+            assert holder.held_count == 1 and released == ["_INBOX.a"]
+        finally:
+            await holder.stop()
+        assert released == ["_INBOX.a", "_INBOX.b"]  # the rest with the listener
+
+    asyncio.run(run())

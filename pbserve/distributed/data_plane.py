@@ -112,6 +112,11 @@ class HeldGroup:
         self._tokens.add(token)
         return Descriptor(self._plane.address, token.hex(), memoryview(data).nbytes)
 
+    @property
+    def holding(self) -> bool:
+        """Whether some of its tensors wait to be pulled."""
+        return bool(self._tokens)
+
     def close(self) -> None:
         """No more holds: `on_free` runs when the last held tensor is freed (now if none)."""
         self._closed = True

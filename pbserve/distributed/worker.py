@@ -28,7 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pbserve.backend.manager import READY, ModelManager
 from pbserve.distributed.codec import (
     decode_request, encode_accepted, encode_error, encode_response)
-from pbserve.distributed.data_plane import DataPlane
+from pbserve.distributed.data_plane import DataPlane, HeldGroup
 from pbserve.distributed.registry import Entry, Registry
 from pbserve.distributed.statistics import StatisticsResponder
 from pbserve.distributed.request_plane import (
@@ -65,6 +65,7 @@ class PlaneWorker:
         self.name = registry.worker
         self._feeds: dict[str, _Feed] = {}
         self._serving: dict[str, asyncio.Task] = {}  # inbox -> the task serving it
+        self._held: dict[str, set[HeldGroup]] = {}  # inbox -> its outputs not pulled yet
         self._cancelled: OrderedDict[str, None] = OrderedDict()  # inboxes not pulled yet
         self._beat: asyncio.Task | None = None
         self._cancel_sub = None
@@ -151,6 +152,10 @@ class PlaneWorker:
 
     async def _on_cancel(self, msg: Msg) -> None:
         inbox = msg.data.decode()
+        # Outputs its caller will not pull now: freed (with their shared memory) at once,
+        # not when their TTL passes.
+        for held in self._held.pop(inbox, ()):
+            held.free()
         task = self._serving.get(inbox)
         if task is not None:
             task.cancel()
@@ -195,8 +200,17 @@ class PlaneWorker:
             self._serving.pop(inbox, None)
 
     async def _send(self, inbox: str, response) -> None:
-        """Large outputs are held (the response released once they are pulled)."""
-        held = self._data_plane.group(on_free=response.release)
+        """Large outputs are held (the response released once they are pulled, or its
+        caller cancels)."""
+        def freed() -> None:
+            response.release()
+            groups = self._held.get(inbox)
+            if groups is not None:
+                groups.discard(held)
+                if not groups:
+                    del self._held[inbox]
+
+        held = self._data_plane.group(on_free=freed)
         try:
             payload = encode_response(response, self.name, held)
             if len(payload) > self._nc.max_payload:
@@ -208,6 +222,8 @@ class PlaneWorker:
         except BaseException:
             held.free()
             raise
+        if held.holding:
+            self._held.setdefault(inbox, set()).add(held)
         held.close()
 
     async def _send_error(self, inbox: str, error: ServerError, model: str) -> None:
