@@ -34,7 +34,7 @@ HZ = os.sysconf("SC_CLK_TCK")
 
 def server_argv(python: str, spin0: bool = False, nofreeze: bool = False) -> list[str]:
     """pbserve's command line; `measure` puts the port for PORT."""
-    pre = "import pbserve.backend.instance as i; i.REPLY_SPIN_NS = 0; " if spin0 else ""
+    pre = "import pbserve.backend.instances.instance as i; i.REPLY_WATCH_NS = 0; " if spin0 else ""
     pre += "import gc; gc.freeze = lambda: None; " if nofreeze else ""
     return [python, "-c", pre + "import sys; from pbserve.cli import main; sys.exit(main())",
             "--model-repository", REPO, "--grpc-address", "127.0.0.1", "--grpc-port",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from pbserve.backend.tracing import LEVELS, TRACER, TraceSetting
+from pbserve.backend.observability.tracing import LEVELS, TRACER, TraceSetting
 
 
 def add_trace_flags(parser: argparse.ArgumentParser) -> None:

@@ -191,7 +191,7 @@ def scheduler_for(config: str):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from pbserve.backend.scheduler import Scheduler
+    from pbserve.backend.scheduling.scheduler import Scheduler
 
     cfg = text_format.Parse(config, mc.ModelConfig())
     scheduler = Scheduler(cfg)
@@ -202,7 +202,7 @@ def scheduler_for(config: str):
 
 
 def submit(scheduler, value: int, priority: int = 0, timeout_us: int = 0):
-    from pbserve.backend.pending import PendingRequest
+    from pbserve.backend.scheduling.pending import PendingRequest
     from pbserve.backend.types import InferRequest
 
     request = InferRequest("m", id=str(value), priority=priority, timeout_us=timeout_us)

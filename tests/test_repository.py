@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pbserve.backend.model_config import parse_model_config
-from pbserve.backend.repository import (
+from pbserve.backend.config.model_config import parse_model_config
+from pbserve.backend.repository.repository import (
     DUPLICATE_REASON,
     ModelSource,
     find_model,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from pbserve.backend.instance import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
+from pbserve.backend.instances.instance import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
 from pbserve.testing import load_models, running_server
 from client_inputs import http_input
 from polling import wait_for

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pbserve.backend.model_config import (
+from pbserve.backend.config.model_config import (
     complete_defaults,
     parse_model_config,
     read_model_config,
 )
 from pbserve.backend.types import InferRequest, TensorData
-from pbserve.backend.validation import RequestValidator, batch_size, validate_request
+from pbserve.backend.scheduling.validation import RequestValidator, batch_size, validate_request
 from pbserve.errors import ErrorCode, ServerError
 
 CONFORMANCE_MODELS = Path("/work/shared/conformance/models")

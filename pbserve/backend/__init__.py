@@ -1,0 +1,12 @@
+"""The parent's backend: models, their instances and stubs, their requests.
+
+- `manager` (ModelManager: the InferenceCore the frontends serve; loading, unloading,
+  the repository API), `model` (one loaded model version and its request path),
+  `api` (the InferenceCore protocol), `types` (requests, responses, tensors),
+  `shared_memory` (clients' registered regions);
+- `config/`: a model's configuration and its precedence;
+- `repository/`: the model repository, its polling, file overrides, model environments;
+- `scheduling/`: schedulers, the sequence batcher, requests in flight, validation;
+- `instances/`: instances and their stub processes, stub calls (BLS), pool blocks;
+- `observability/`: metrics, custom metrics, tracing, log settings.
+"""

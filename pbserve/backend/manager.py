@@ -16,23 +16,23 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 from pbserve import __version__
-from pbserve.backend import metrics
+from pbserve.backend.observability import metrics
 from pbserve.backend.model import Model
-from pbserve.backend.block_refs import BlockRefs
-from pbserve.backend.config_sources import ConfigSources
-from pbserve.backend.file_override import (
+from pbserve.backend.instances.block_refs import BlockRefs
+from pbserve.backend.config.config_sources import ConfigSources
+from pbserve.backend.repository.file_override import (
     remove_override, sweep_dead_overrides, write_override)
-from pbserve.backend.gpus import visible_gpus
-from pbserve.backend.instance import ModelInstance, RunningInstances
-from pbserve.backend.shm_upkeep import ShmUpkeep
-from pbserve.backend.outage import RESTART_WAIT_S
-from pbserve.backend.model_config import complete_defaults, config_to_dict, model_metadata
-from pbserve.backend.repository import (
+from pbserve.backend.instances.gpus import visible_gpus
+from pbserve.backend.instances.instance import ModelInstance, RunningInstances
+from pbserve.backend.instances.shm_upkeep import ShmUpkeep
+from pbserve.backend.scheduling.outage import RESTART_WAIT_S
+from pbserve.backend.config.model_config import complete_defaults, config_to_dict, model_metadata
+from pbserve.backend.repository.repository import (
     check_model_name, find_model, scan_repositories, served_versions)
-from pbserve.backend.remote_calls import RemoteModels
-from pbserve.backend.repository_poller import RepositoryPoller, fingerprint
+from pbserve.backend.instances.remote_calls import RemoteModels
+from pbserve.backend.repository.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
-from pbserve.backend.stub_calls import StubCalls
+from pbserve.backend.instances.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
 from shm.names import new_prefix, sweep_dead_owners

@@ -10,24 +10,24 @@ import time
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
-from pbserve.backend.execution_env import stub_python
-from pbserve.backend.instance import InstanceState, ModelInstance, RunningInstances
-from pbserve.backend import metrics
-from pbserve.backend.metrics import ModelStats
-from pbserve.backend.model_config import (
+from pbserve.backend.repository.execution_env import stub_python
+from pbserve.backend.instances.instance import InstanceState, ModelInstance, RunningInstances
+from pbserve.backend.observability import metrics
+from pbserve.backend.observability.metrics import ModelStats
+from pbserve.backend.config.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
-from pbserve.backend.outage import RESTART_WAIT_S, Outage
-from pbserve.backend.pending import PendingRequest
-from pbserve.backend.scheduler import Scheduler
-from pbserve.backend.sequence_batcher import SequenceBatcher
-from pbserve.backend.stub_calls import StubCalls
+from pbserve.backend.scheduling.outage import RESTART_WAIT_S, Outage
+from pbserve.backend.scheduling.pending import PendingRequest
+from pbserve.backend.scheduling.scheduler import Scheduler
+from pbserve.backend.scheduling.sequence_batcher import SequenceBatcher
+from pbserve.backend.instances.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
-from pbserve.backend.tracing import TRACER, Trace
-from pbserve.backend.validation import RequestValidator
-from pbserve.backend.warmup import warm_up, warmup_samples
+from pbserve.backend.observability.tracing import TRACER, Trace
+from pbserve.backend.scheduling.validation import RequestValidator
+from pbserve.backend.instances.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
-from pbserve.backend.block_refs import BlockRefs
-from pbserve.backend.shm_upkeep import (
+from pbserve.backend.instances.block_refs import BlockRefs
+from pbserve.backend.instances.shm_upkeep import (
     SHM_WAIT_S, ShmUpkeep, shm_capacity, too_large_message, waited_message)
 from shm.region import ShmExhausted
 from shm.pool import Block, RegionMap

@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from pbserve.backend.manager import ModelManager
-from pbserve.backend.repository import check_model_name, scan_repositories
+from pbserve.backend.repository.repository import check_model_name, scan_repositories
 from pbserve.distributed.registry import RegistryView
 from pbserve.distributed.request_plane import token
 from pbserve.errors import ErrorCode, ServerError, invalid_arg

@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from pbserve.backend.manager import ModelManager
-from pbserve.backend.metrics import counters, render, sum_counters
+from pbserve.backend.observability.metrics import counters, render, sum_counters
 from pbserve.distributed.request_plane import token
 from pbserve.errors import ServerError
 

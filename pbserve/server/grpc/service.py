@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 
 from pbserve.backend.api import InferenceCore
-from pbserve.backend.model_config import config_from_dict
+from pbserve.backend.config.model_config import config_from_dict
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
 from pbserve.server.http import stats as http_stats
 from pbserve.server.grpc import logging as grpc_logging

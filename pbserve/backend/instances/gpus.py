@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from pbserve.backend.config_checks import MIN_COMPUTE_CAPABILITY
+from pbserve.backend.config.config_checks import MIN_COMPUTE_CAPABILITY
 from stub.cuda_copy import CudaError, driver
 
 _MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR

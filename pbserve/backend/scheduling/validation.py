@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.config_checks import WILDCARD_DIM, sequence_control
-from pbserve.backend.model_config import ELEMENT_SIZE, INVALID_DATATYPE, datatype_of
+from pbserve.backend.config.config_checks import WILDCARD_DIM, sequence_control
+from pbserve.backend.config.model_config import ELEMENT_SIZE, INVALID_DATATYPE, datatype_of
 from pbserve.backend.types import Buffer, InferRequest, TensorData
 from pbserve.errors import invalid_arg
 

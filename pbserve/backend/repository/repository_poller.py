@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from pbserve.backend.repository import scan_repositories
+from pbserve.backend.repository.repository import scan_repositories
 
 log = logging.getLogger("pbserve.backend")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Protocol
 
-from pbserve.backend.block_refs import BlockRefs
+from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 
 

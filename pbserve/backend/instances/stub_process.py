@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from pbserve.backend.private_dir import UntrustedDirectory, check_private
+from pbserve.backend.instances.private_dir import UntrustedDirectory, check_private
 from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
@@ -34,7 +34,7 @@ from stub import protocol as p
 from stub.stub import queue_names
 
 log = logging.getLogger("pbserve.backend")
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # What a stub imports of pbserve: the stub and what the model sees, nothing else.
 # A turn of the event loop this short since the last ran nothing else: the loop is idle.
 IDLE_TURN_NS = 10_000

@@ -12,7 +12,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.model_config import config_from_json, read_model_config
+from pbserve.backend.config.model_config import config_from_json, read_model_config
 from pbserve.errors import invalid_arg
 from shm.pool import DEFAULT_GROWTH, DEFAULT_SIZE, ShmSizes
 

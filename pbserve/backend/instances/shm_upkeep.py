@@ -28,7 +28,7 @@ from shm.pool import Pool, RegionMap, ShmSizes
 from stub import protocol as p
 
 if TYPE_CHECKING:
-    from pbserve.backend.instance import ModelInstance
+    from pbserve.backend.instances.instance import ModelInstance
 
 log = logging.getLogger("pbserve.backend")
 

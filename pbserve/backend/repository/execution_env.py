@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.private_dir import UntrustedDirectory, private_dir
+from pbserve.backend.instances.private_dir import UntrustedDirectory, private_dir
 from pbserve.errors import invalid_arg
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"

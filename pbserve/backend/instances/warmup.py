@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.model_config import ELEMENT_SIZE, datatype_of
+from pbserve.backend.config.model_config import ELEMENT_SIZE, datatype_of
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
 
 if TYPE_CHECKING:
-    from pbserve.backend.instance import ModelInstance
-    from pbserve.backend.pending import PendingRequest
+    from pbserve.backend.instances.instance import ModelInstance
+    from pbserve.backend.scheduling.pending import PendingRequest
 
 log = logging.getLogger("pbserve.backend")
 

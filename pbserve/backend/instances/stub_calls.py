@@ -21,19 +21,19 @@ import json
 import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from pbserve.backend import metrics
-from pbserve.backend.custom_metrics import CustomMetrics
-from pbserve.backend.remote_calls import in_parent_blocks
+from pbserve.backend.observability import metrics
+from pbserve.backend.observability.custom_metrics import CustomMetrics
+from pbserve.backend.instances.remote_calls import in_parent_blocks
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
 
 if TYPE_CHECKING:
     from pbserve.backend.api import InferenceCore
-    from pbserve.backend.block_refs import BlockRefs
-    from pbserve.backend.remote_calls import RemoteModels
-    from pbserve.backend.instance import ModelInstance
+    from pbserve.backend.instances.block_refs import BlockRefs
+    from pbserve.backend.instances.remote_calls import RemoteModels
+    from pbserve.backend.instances.instance import ModelInstance
     from pbserve.backend.model import Model
-    from pbserve.backend.pending import PendingRequest
+    from pbserve.backend.scheduling.pending import PendingRequest
 
 log = logging.getLogger("pbserve.backend")
 NO_TOKEN = 0

@@ -20,7 +20,7 @@ from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend import config_checks
+from pbserve.backend.config import config_checks
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 
 ModelConfig = mc.ModelConfig

@@ -10,17 +10,17 @@ import os
 import time
 from typing import Callable
 
-from pbserve.backend.block_refs import BlockRefs
-from pbserve.backend.log_escape import escaped
-from pbserve.backend.log_settings import SERVER_LOG, LogSettings
-from pbserve.backend.pending import PendingRequest
-from pbserve.backend.stub_calls import StubCalls
-from pbserve.backend.stub_process import StubProcess
+from pbserve.backend.instances.block_refs import BlockRefs
+from pbserve.backend.observability.log_escape import escaped
+from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
+from pbserve.backend.scheduling.pending import PendingRequest
+from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.types import InferResponse, ShmRef, TensorData
-from pbserve.backend.user_readiness import UserReadiness
+from pbserve.backend.instances.user_readiness import UserReadiness
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.client_region import is_client_token
-from pbserve.backend.shm_upkeep import ShmUpkeep
+from pbserve.backend.instances.shm_upkeep import ShmUpkeep
 from shm.pool import RegionMap, ShmSizes
 from stub import protocol as p
 
