@@ -360,7 +360,7 @@ class ModelManager:
                                                            override_dir)
             except Exception as err:  # noqa: BLE001 - a load never takes the server down
                 message = err.message if isinstance(err, ServerError) else \
-                    f"failed to load '{name}': {err}"
+                    f"failed to load '{name}': {err or type(err).__name__}"
                 entry.reason = message
                 if not old:
                     entry.state, entry.failed = UNAVAILABLE, True

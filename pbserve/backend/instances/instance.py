@@ -156,6 +156,16 @@ class ModelInstance:
     def ready(self) -> bool:
         return self.state is InstanceState.READY and not self.busy
 
+    async def until_ready(self, poll_s: float = 0.001) -> None:
+        """Wait until this instance can take a batch: a decoupled model's final response
+        can arrive before the stub says its `execute` returned. ServerError UNAVAILABLE
+        if the instance stops being READY meanwhile (its stub died)."""
+        while not self.ready:
+            if self.state is not InstanceState.READY:
+                raise ServerError(ErrorCode.UNAVAILABLE,
+                                  f"instance {self.name} is {self.state.value}")
+            await asyncio.sleep(poll_s)
+
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         """Start the stub and run the model's `initialize`; ServerError if it fails."""

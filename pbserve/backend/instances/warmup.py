@@ -108,6 +108,9 @@ async def warm_up(instance: "ModelInstance", samples: list[WarmupSample],
             log.debug("model '%s' instance %s is running warmup sample '%s' for iteration %d",
                       instance.model_name, instance.name, sample.name, iteration)
             try:
+                # The previous iteration's final response may have come before its
+                # `execute` returned (a decoupled model): wait for the instance.
+                await instance.until_ready()
                 batch = [prepare(request) for request in sample.requests]
             except ServerError as err:
                 raise _failed(sample, [err.message]) from None
