@@ -236,7 +236,7 @@ def direct_hop(repo: Path, seconds: float, stub_cpu: int | None, floor: PingPong
     try:
         assert p.decode(up_q.get(30))[0] == p.READY
         main_q.put(p.encode((p.INIT, {}, str(repo / "ident" / "1" / "model.py"), False)))
-        assert p.decode(up_q.get(30)) == (p.INIT_DONE, None)
+        assert p.decode(up_q.get(30))[:2] == (p.INIT_DONE, None)
         small = np.arange(16, dtype=np.float32)
         frees: list = []
 

@@ -43,6 +43,7 @@ from stub.runtime import StubRuntime
 from stub.tensors import input_tensors
 
 PARENT_CHECK_S = 0.5
+EXPECT_NS = 200_000  # how long an announced request is polled for before sleeping again
 PRESSURE_PAUSE_S = 0.05  # /dev/shm full: how long the others get to give memory back
 SHM_WAIT_S = 10.0  # ... and how long an allocation waits for memory in all
 CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
@@ -117,7 +118,8 @@ class Stub:
                         return
                     self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
                     continue
-                if not raw:
+                if not raw:  # the parent announces a request (or wakes the loop to end)
+                    self._expect_request()
                     continue
                 message = p.decode(raw)
                 kind = message[0]
@@ -135,6 +137,17 @@ class Stub:
                     self.log_levels.update(*message[1:])
         finally:
             self.close()
+
+    def _expect_request(self) -> None:
+        """A request is on its way (the parent's `expect_request`): poll the main queue
+        for it, EXPECT_NS at most, instead of sleeping in the semaphore. The wake-up of
+        this process then happened while the parent still decoded the request, and the
+        parent's post of it wakes no one. Yields the CPU on each poll: on a busy
+        machine the parent, which is making the request, may need this CPU."""
+        deadline = time.perf_counter_ns() + EXPECT_NS
+        pending, now, yield_cpu = self.main_q.pending, time.perf_counter_ns, os.sched_yield
+        while not pending() and now() < deadline:
+            yield_cpu()
 
     def _control_loop(self) -> None:
         while self._running:

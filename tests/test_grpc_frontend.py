@@ -57,6 +57,7 @@ class FakeCore:
 
     def __init__(self) -> None:
         self.made = 0
+        self.expected: list[tuple[str, str]] = []  # expect_request hints, in order
         self.released = 0
         self.unloaded: set[str] = set()
         self.loads: list[tuple] = []
@@ -98,6 +99,9 @@ class FakeCore:
                 "output": [{"name": "OUT_FP32", "data_type": "TYPE_FP32", "dims": [4]}],
                 "model_transaction_policy": {"decoupled": name in self.DECOUPLED},
                 "parameters": {"k": {"string_value": "v"}}}
+
+    def expect_request(self, name: str, version: str = "") -> None:
+        self.expected.append((name, version))  # a hint: never raises, even unknown
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         self._check(name, version)
@@ -287,10 +291,11 @@ SAMPLES = {
 
 # --- unary inference ---------------------------------------------------------------------
 
-def test_every_dtype_round_trips_bit_exact_through_raw_contents(client):
+def test_every_dtype_round_trips_bit_exact_through_raw_contents(client, core):
     arrays = {k: v.reshape(1, 3) for k, v in SAMPLES.items()}
     result = client.infer("identity", [g_in("IN_" + k, v) for k, v in arrays.items()],
                           request_id="dtypes-1", client_timeout=TIMEOUT_S)
+    assert core.expected == [("identity", "")]  # announced before the inputs were decoded
     for key, expected in arrays.items():
         actual = result.as_numpy("OUT_" + key)
         assert actual.shape == expected.shape, key

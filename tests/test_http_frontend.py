@@ -55,6 +55,7 @@ class FakeCore:
 
     def __init__(self) -> None:
         self.made = 0
+        self.expected: list[tuple[str, str]] = []  # expect_request hints, in order
         self.released = 0
         self.loads: list[tuple] = []
         self.unloads: list[tuple] = []
@@ -95,6 +96,9 @@ class FakeCore:
         self._check(name, version)
         return {"name": name, "backend": "python", "max_batch_size": 0,
                 "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}]}
+
+    def expect_request(self, name: str, version: str = "") -> None:
+        self.expected.append((name, version))  # a hint: never raises, even unknown
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         self._check(name, version)
@@ -314,9 +318,10 @@ def same(actual: np.ndarray, expected: np.ndarray) -> None:
 
 # --- inference -------------------------------------------------------------------------
 
-def test_binary_tensors_round_trip_with_id_and_version(client):
+def test_binary_tensors_round_trip_with_id_and_version(client, core):
     result = client.infer("add_sub", [h_in("INPUT0", A4), h_in("INPUT1", B4)],
                           request_id="req-1")
+    assert core.expected == [("add_sub", "")]  # announced before the body was decoded
     same(result.as_numpy("OUTPUT0"), A4 + B4)
     same(result.as_numpy("OUTPUT1"), A4 - B4)
     response = result.get_response()

@@ -1,5 +1,6 @@
 """The request path between parent and stub: the parent's bounded watch for a reply
-(ModelInstance.watch_for_reply) and a request queued in an instance's stub behind the
+(ModelInstance.watch_for_reply), a request announced to an idle stub before it is sent
+(ModelInstance.expect_request) and a request queued in an instance's stub behind the
 running one (ModelInstance.can_queue_another). Answers come back right every way, a
 killed stub still costs only its running request, and a queued request cancelled before
 it starts never runs."""
@@ -17,7 +18,10 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from pbserve.backend.instances import instance as instance_module
 from pbserve.backend.instances.instance import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
+from pbserve.backend.instances.spare_cpu import SpareCpu
+from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.testing import load_models, running_server
 from client_inputs import http_input
 from polling import wait_for
@@ -57,6 +61,78 @@ def test_every_way_an_answer_comes_back_leaves_no_instance_counted_busy():
         restarted = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
         assert restarted != pid
         assert models.manager._running.count == 0
+
+
+class _Machine:
+    def __init__(self, spare: bool) -> None:
+        self.value = spare
+
+    def spare(self) -> bool:
+        return self.value
+
+
+def _on_loop(models, *calls) -> None:
+    """Run the calls back to back in one turn of the backend's loop."""
+    async def run() -> None:
+        for call in calls:
+            call()
+    models._run(run())
+
+
+def test_an_announced_request_wakes_its_idle_stub_once_and_only_while_cpu_is_spare(
+        monkeypatch):
+    announced: list[int] = []
+    announce = StubProcess.announce
+
+    def counted(self: StubProcess) -> None:
+        announced.append(self.pid)
+        announce(self)
+
+    machine = _Machine(spare=True)
+    monkeypatch.setattr(StubProcess, "announce", counted)
+    monkeypatch.setattr(instance_module, "MACHINE", machine)
+    monkeypatch.setattr(instance_module, "EXPECT_EVERY_NS", 10**12)
+    with load_models(MODELS, models=["sleepy"]) as models:
+        expect = models.manager.expect_request
+        pid = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
+        _on_loop(models, lambda: expect("sleepy"), lambda: expect("sleepy"),
+                 lambda: expect("sleepy", "1"))
+        assert announced == [pid]  # once, however many hints
+        assert int(models.infer("sleepy", sleep_ms(0))["PID"][0]) == pid
+
+        monkeypatch.setattr(instance_module, "EXPECT_EVERY_NS", 0)
+        _on_loop(models, lambda: expect("sleepy"))  # a hint no request follows:
+        assert announced == [pid, pid]
+        for _ in range(20):  # the stub polls for a while, then sleeps; all answered
+            assert int(models.infer("sleepy", sleep_ms(0))["PID"][0]) == pid
+
+        _on_loop(models, lambda: expect("no_such_model"), lambda: expect("sleepy", "9"))
+        machine.value = False
+        _on_loop(models, lambda: expect("sleepy"))
+        assert announced == [pid, pid]  # unknown models are no error; busy CPUs no hint
+
+        machine.value = True
+        results: list = []
+        running = _infer_in_thread(models, 500, results)
+        wait_for(lambda: models.manager.model("sleepy").instances[0].busy, "sleepy busy")
+        _on_loop(models, lambda: expect("sleepy"))
+        running.join(30)
+        assert announced == [pid, pid]  # a request in flight: nothing to get ready for
+        assert int(results[0]["PID"][0]) == pid
+
+
+def test_spare_cpu_reads_the_idle_share_of_proc_stat(tmp_path, monkeypatch):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 100 100 0 0 0 0 0 0\ncpu0 1 2 3\n")
+    monkeypatch.setattr("pbserve.backend.instances.spare_cpu.SAMPLE_NS", 0)
+    cpu = SpareCpu(str(stat))
+    stat.write_text("cpu  110 0 110 180 0 0 0 0 0 0\n")  # idle 80 of 100 jiffies
+    assert cpu.spare()
+    stat.write_text("cpu  190 0 190 190 10 0 0 0 0 0\n")  # idle 20 of 180 (iowait counts)
+    assert not cpu.spare()
+    stat.write_text("cpu  190 0 190 240 10 0 0 0 0 0\n")  # 50 of 50
+    assert cpu.spare()
+    assert not SpareCpu(str(tmp_path / "missing")).spare()  # unreadable: never
 
 
 def _queued_ahead(models) -> int:

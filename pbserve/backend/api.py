@@ -60,6 +60,12 @@ class InferenceCore(Protocol):
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
 
+    def expect_request(self, name: str, version: str = "") -> None:
+        """A hint, given as soon as a frontend knows the model of a request it is still
+        decoding: an idle instance may get ready for it. Never raises; a core that
+        cannot use it does nothing."""
+        ...
+
     async def infer(self, request: InferRequest) -> InferResponse:
         """One response for a non-decoupled model; errors of the model come back as
         `response.error`, errors of the request (validation, unknown model) raise."""

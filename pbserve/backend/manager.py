@@ -288,6 +288,13 @@ class ModelManager:
                 for instance in model.instances:
                     instance.forget_region(token)
 
+    def expect_request(self, name: str, version: str = "") -> None:
+        try:
+            model = self.model(name, version)
+        except ServerError:
+            return  # the request's own lookup reports it
+        model.expect_request()
+
     def model(self, name: str, version: str = "") -> Model:
         """The loaded model serving `name` (and `version`, "" = latest); NOT_FOUND else."""
         entry = self._entries.get(name)

@@ -292,6 +292,14 @@ class Model:
             trace.finish(0, 0, 0)
             raise
 
+    def expect_request(self) -> None:
+        """A frontend is decoding a request for this model (a hint, nothing is queued):
+        the instance that will take it may get ready (Scheduler.expect_request). Only
+        when none of the model's requests is in flight: under load the instances are
+        kept busy anyway, and an early wake-up would only take CPU from the others."""
+        if self.scheduler is not None and not self.stats.pending:
+            self.scheduler.expect_request()
+
     def cancel(self, pending: PendingRequest) -> None:
         """The client went away: a queued request is dropped before `execute`, a running
         one sees `is_cancelled()` become true. Its responses are released unread."""

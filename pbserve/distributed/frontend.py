@@ -107,6 +107,9 @@ class PlaneCore:
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return self._entry(name, version)["config"]
 
+    def expect_request(self, name: str, version: str = "") -> None:
+        """Nothing to get ready here: the model runs on a worker."""
+
     def is_decoupled(self, name: str, version: str = "") -> bool:
         policy = self._entry(name, version)["config"].get("model_transaction_policy") or {}
         return bool(policy.get("decoupled"))

@@ -15,6 +15,7 @@ from pbserve.backend.observability.log_escape import escaped
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.scheduling.pending import PendingRequest
 from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.spare_cpu import MACHINE
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.types import InferResponse, ShmRef, TensorData
 from pbserve.backend.instances.user_readiness import UserReadiness
@@ -38,6 +39,9 @@ RESTART_PAUSE_MAX_S = 30.0
 # a request it sent to an idle instance (ModelInstance.watch_for_reply); longer hops are
 # left to the doorbell.
 REPLY_WATCH_NS = 300_000
+# An idle stub is told at most this often that a request is coming (expect_request):
+# about as long as it polls for one (stub/stub.py EXPECT_NS).
+EXPECT_EVERY_NS = 200_000
 _HOP_WEIGHT = 8  # the hop estimate follows 1/8 of each new figure
 # A second batch waits in the stub's queue only behind batches shorter than this
 # (ModelInstance.can_queue_another).
@@ -117,6 +121,7 @@ class ModelInstance:
         self._loop = asyncio.get_running_loop()
         self._running = running or RunningInstances()
         self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
+        self._announced_ns = 0  # when the stub was last told a request is coming
         self._batch_sent_ns = 0
 
     def set_on_idle(self, on_idle: Callable[["ModelInstance"], None],
@@ -382,6 +387,18 @@ class ModelInstance:
             inflight[pending.key] = pending
             pending.instance = self
             pending.exec_start_ns = now
+
+    def expect_request(self) -> None:
+        """A request is coming and this idle instance will take it: wake its stub now,
+        so that the stub's wake-up (tens of us from an idle CPU) overlaps the decoding
+        and validation still ahead of `execute` instead of adding to the hop. Only while
+        the machine has CPU to spare (spare_cpu.py): the stub polls until it comes."""
+        if not self.ready or self._stub is None:
+            return
+        now = time.monotonic_ns()
+        if now - self._announced_ns > EXPECT_EVERY_NS and MACHINE.spare():
+            self._announced_ns = now
+            self._stub.announce()
 
     def watch_for_reply(self) -> None:
         """Just after `execute` of a request that found this instance idle: look for the

@@ -137,6 +137,14 @@ class StubProcess:
     def send(self, message: tuple) -> None:
         self.main_q.put(p.encode(message))
 
+    def announce(self) -> None:
+        """Tell the stub a request is on its way: it wakes and polls for it
+        (stub/stub.py `_expect_request`) while this process still prepares it. Not
+        while a message waits unread: a stub that does not read (stopped, hung) gets
+        one announcement, not a queue full of them."""
+        if not self.main_q.pending():
+            self.main_q.wake()
+
     def send_control(self, message: tuple) -> None:
         self.control_q.put(p.encode(message))
 

@@ -313,6 +313,16 @@ class Scheduler:
         self._size += 1
         self.dispatch()
 
+    def expect_request(self) -> None:
+        """A request is on its way: the idle instance `submit` would hand it to gets
+        ready for it (ModelInstance.expect_request)."""
+        if self._batching or self._size:
+            return
+        for instance in self.instances:
+            if instance.ready:
+                instance.expect_request()
+                return
+
     def takes_now(self) -> bool:
         """Whether `submit` would hand a request to an idle instance at once."""
         if self._batching or self._size:

@@ -168,6 +168,10 @@ class SequenceBatcher:
         heapq.heapify(self._free)
 
     # -- the surface Model uses ---------------------------------------------------------
+    def expect_request(self) -> None:
+        """Nothing is got ready: which instance takes a request depends on its
+        sequence, known only once it is decoded."""
+
     def submit(self, pending: PendingRequest) -> None:
         request = pending.request
         if self._closed:

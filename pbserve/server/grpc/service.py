@@ -89,6 +89,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                 f"bytes): {exc}"))
         try:
             version = model_version(request.model_version)
+            core.expect_request(request.model_name, version)
             if core.is_decoupled(request.model_name, version):
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
             infer_request, _ = decode_infer_request(request, version, raw)

@@ -51,6 +51,7 @@ def split_body(request: HttpRequest, max_input: int) -> tuple[object, memoryview
 
 async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
                        version: str, max_input: int) -> HttpReply:
+    core.expect_request(model, version)
     if core.is_decoupled(model, version):
         raise ServerError(ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models "
                           "with decoupled transaction policy")
