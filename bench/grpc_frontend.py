@@ -26,10 +26,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from grpc_transports import anchor_env, free_port  # noqa: E402
+from proc_cpu import children_cpu  # noqa: E402
 
 REPO = "/work/shared/perf/anchor_models"
 ROWS = [(1, 16, 1500), (8, 16, 1500), (1, 4194304, 2000)]  # concurrency, elements, window
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def server_argv(python: str, spin0: bool = False, nofreeze: bool = False) -> list[str]:
@@ -39,22 +39,6 @@ def server_argv(python: str, spin0: bool = False, nofreeze: bool = False) -> lis
     return [python, "-c", pre + "import sys; from pbserve.cli import main; sys.exit(main())",
             "--model-repository", REPO, "--grpc-address", "127.0.0.1", "--grpc-port",
             "PORT", "--allow-http", "false", "--allow-metrics", "false"]
-
-
-def process_cpu(root: int) -> dict[int, float]:
-    """CPU seconds of `root` and its children, by pid."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(d) == root or int(fields[1]) == root:
-            out[int(d)] = (int(fields[11]) + int(fields[12])) / HZ
-    return out
 
 
 def measure(label: str, argv: list[str], concurrency: int, elements: int, window: int,
@@ -81,14 +65,14 @@ def measure(label: str, argv: list[str], concurrency: int, elements: int, window
                                     "-d", "12", "-f", "raw", "-p", str(proc.pid), "-o", pyspy],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         csv_path = "/tmp/grpc_frontend_pa.csv"
-        cpu0, t0 = process_cpu(proc.pid), time.monotonic()
+        cpu0, t0 = children_cpu(proc.pid), time.monotonic()
         r = subprocess.run([env["PERF_ANALYZER"], "-m", "identity_fp32", "-i", "grpc",
                             "-u", f"127.0.0.1:{port}", "--shape", f"INPUT0:{elements}",
                             "--concurrency-range", str(concurrency), "--measurement-interval",
                             str(window), "--stability-percentage", "20", "--max-trials", "6",
                             "-f", csv_path], env=env, capture_output=True, text=True,
                            cwd="/tmp")
-        cpu1, wall = process_cpu(proc.pid), time.monotonic() - t0
+        cpu1, wall = children_cpu(proc.pid), time.monotonic() - t0
         if spy:
             spy.wait()
     finally:

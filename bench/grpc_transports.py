@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from proc_cpu import tree_cpu_s
+
 HERE = Path(__file__).resolve().parent
 ENV_ANCHOR = Path("/work/shared/perf/env_anchor.sh")
 BASELINE = "grpcio-aio"
@@ -43,7 +45,6 @@ SMALL, BIG = 16, 4194304
 # key, elements, concurrency, window ms, max trials
 ROWS = [("64B c=1", SMALL, 1, 1500, 6), ("64B c=8", SMALL, 8, 1500, 6),
         ("16MiB c=1", BIG, 1, 2000, 10)]
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def anchor_env() -> dict[str, str]:
@@ -57,28 +58,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def tree_cpu_s(root: int) -> float:
-    """utime + stime of `root` and its descendants, seconds."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(d)] = int(fields[1])
-        ticks[int(d)] = int(fields[11]) + int(fields[12])
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += ticks.get(pid, 0)
-        todo.extend(p for p, pp in parents.items() if pp == pid)
-    return total / HZ
 
 
 class Echo:

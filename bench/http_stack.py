@@ -28,6 +28,7 @@ import sys
 import time
 
 import numpy as np
+from proc_cpu import cpu_s
 
 INPUT = np.arange(16, dtype=np.float32)
 HEADER_KEY = b"inference-header-content-length"
@@ -272,13 +273,6 @@ def wait_port(port: int, timeout_s: float = 10.0) -> None:
     raise RuntimeError(f"server on port {port} did not start")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (/proc, clock ticks)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(name: str, count: int, rounds: int) -> tuple[float, float, float]:
     """Best of `rounds` (requests/s) for each client against server `name`, and the
     server's own CPU time per request under the raw loop (robust to a busy machine)."""
@@ -287,9 +281,9 @@ def measure(name: str, count: int, rounds: int) -> tuple[float, float, float]:
     try:
         wait_port(port)
         triton = max(count / tritonclient_loop(port, count) for _ in range(rounds))
-        cpu_before = cpu_seconds(server.pid)
+        cpu_before = cpu_s(server.pid)
         raw = max(count / raw_loop(port, count) for _ in range(rounds))
-        cpu = (cpu_seconds(server.pid) - cpu_before) / (rounds * (count + 500))
+        cpu = (cpu_s(server.pid) - cpu_before) / (rounds * (count + 500))
     finally:
         server.terminate()
         server.wait()
@@ -312,9 +306,9 @@ def write_modes(sizes: list[int], rounds: int) -> None:
                                        "--port", str(port)], env=env)
             try:
                 wait_port(port)
-                cpu_before = cpu_seconds(server.pid)
+                cpu_before = cpu_s(server.pid)
                 best = min(raw_loop(port, count, floats) for _ in range(rounds)) / count
-                cpu = (cpu_seconds(server.pid) - cpu_before) / (rounds * (count + min(500, count)))
+                cpu = (cpu_s(server.pid) - cpu_before) / (rounds * (count + min(500, count)))
             finally:
                 server.terminate()
                 server.wait()

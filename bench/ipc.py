@@ -39,6 +39,7 @@ from pbserve.backend.manager import ModelManager  # noqa: E402
 from pbserve.backend.instances.stub_process import stub_environment  # noqa: E402
 from pbserve.backend.types import InferRequest, TensorData  # noqa: E402
 from shm.names import new_prefix, unlink_prefix  # noqa: E402
+from proc_cpu import cpu_s  # noqa: E402
 from shm.pool import Pool, RegionMap  # noqa: E402
 from shm.queue import MessageQueue  # noqa: E402
 from stub import protocol as p  # noqa: E402
@@ -74,12 +75,6 @@ def timed(fn, seconds: float, min_iters: int = 3) -> float:
     figure less than a mean would."""
     fn()
     return statistics.median(_slice(fn, seconds / CHUNKS, min_iters) for _ in range(CHUNKS))
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pin_process(pid: int, cpu: int | None) -> None:
@@ -212,10 +207,10 @@ async def parent_stub_round_trips(repo: Path, seconds: float, stub_cpu: int | No
         big_call = statistics.median([await _async_slice(lambda: once(big), seconds / CHUNKS)
                                       for _ in range(CHUNKS)])
         n = 5000
-        parent0, stub0 = time.process_time(), process_cpu_s(stub_pid)
+        parent0, stub0 = time.process_time(), cpu_s(stub_pid)
         for _ in range(n):
             await once(small)
-        cpu = ((time.process_time() - parent0) / n, (process_cpu_s(stub_pid) - stub0) / n)
+        cpu = ((time.process_time() - parent0) / n, (cpu_s(stub_pid) - stub0) / n)
         return small_call, big_call, cpu
     finally:
         await manager.stop()

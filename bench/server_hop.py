@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pbserve.testing import RunningServer  # noqa: E402
+from proc_cpu import cpu_s  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "perf"
 MODEL = "identity_fp32"
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def perf_analyzer() -> tuple[str, dict[str, str]]:
@@ -49,12 +49,6 @@ def perf_analyzer() -> tuple[str, dict[str, str]]:
     if not os.access(path, os.X_OK):
         sys.exit(f"no perf_analyzer at {path}: run {SHARED / 'setup_anchor.sh'}")
     return path, env
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
 
 
 def stub_pid(server_pid: int) -> int:
