@@ -20,7 +20,6 @@ from tritonclient.utils import InferenceServerException
 
 from pbserve.backend.instances import instance as instance_module
 from pbserve.backend.instances.instance import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
-from pbserve.backend.instances.spare_cpu import SpareCpu
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.testing import load_models, running_server
 from client_inputs import http_input
@@ -119,20 +118,6 @@ def test_an_announced_request_wakes_its_idle_stub_once_and_only_while_cpu_is_spa
         running.join(30)
         assert announced == [pid, pid]  # a request in flight: nothing to get ready for
         assert int(results[0]["PID"][0]) == pid
-
-
-def test_spare_cpu_reads_the_idle_share_of_proc_stat(tmp_path, monkeypatch):
-    stat = tmp_path / "stat"
-    stat.write_text("cpu  100 0 100 100 0 0 0 0 0 0\ncpu0 1 2 3\n")
-    monkeypatch.setattr("pbserve.backend.instances.spare_cpu.SAMPLE_NS", 0)
-    cpu = SpareCpu(str(stat))
-    stat.write_text("cpu  110 0 110 180 0 0 0 0 0 0\n")  # idle 80 of 100 jiffies
-    assert cpu.spare()
-    stat.write_text("cpu  190 0 190 190 10 0 0 0 0 0\n")  # idle 20 of 180 (iowait counts)
-    assert not cpu.spare()
-    stat.write_text("cpu  190 0 190 240 10 0 0 0 0 0\n")  # 50 of 50
-    assert cpu.spare()
-    assert not SpareCpu(str(tmp_path / "missing")).spare()  # unreadable: never
 
 
 def _queued_ahead(models) -> int:

@@ -26,6 +26,7 @@ from pbserve.backend.instances.gpus import visible_gpus
 from pbserve.backend.instances.instance import ModelInstance, RunningInstances
 from pbserve.backend.instances.shm_upkeep import ShmUpkeep
 from pbserve.backend.scheduling.outage import RESTART_WAIT_S
+from pbserve.backend.polling.linger import Linger
 from pbserve.backend.config.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository.repository import (
     check_model_name, find_model, scan_repositories, served_versions)
@@ -100,6 +101,7 @@ class ModelManager:
                                  self._all_instances)
         self._calls = StubCalls(self.model, self._regions.view, self)
         self._running = RunningInstances()  # whether a reply is watched for (instance.py)
+        self._linger = Linger()  # the loop turns on for a while after each request
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
                                                  allow_client_shm, visible_gpus)
         self._live = False
@@ -409,7 +411,8 @@ class ModelManager:
         loaded: dict[str, Model] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
-                          self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep)
+                          self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep,
+                          on_request_done=self._linger.after_request)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

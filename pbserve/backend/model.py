@@ -46,7 +46,8 @@ class Model:
                  refs: BlockRefs, regions: RegionMap, calls: StubCalls,
                  running: RunningInstances | None = None,
                  restart_wait_s: float = RESTART_WAIT_S,
-                 upkeep: ShmUpkeep | None = None) -> None:
+                 upkeep: ShmUpkeep | None = None,
+                 on_request_done: Callable[[], None] | None = None) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -58,6 +59,7 @@ class Model:
         self._calls = calls
         self._running = running or RunningInstances()
         self._upkeep = upkeep
+        self._on_request_done = on_request_done  # after each request's (final) response
         self._stages = False  # whether requests are queued with their inputs out of shm
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._validator: RequestValidator | None = None
@@ -253,6 +255,8 @@ class Model:
         if trace is not None:
             trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
         self._count(pending, response)
+        if self._on_request_done is not None:
+            self._on_request_done()
         return response
 
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
@@ -276,6 +280,8 @@ class Model:
                         trace.finish(pending.arrival_ns, pending.exec_start_ns,
                                      time.monotonic_ns())
                     self._count(pending, response if not failed else _failed(response))
+                    if self._on_request_done is not None:
+                        self._on_request_done()
                     yield response
                     return
                 yield response

@@ -13,9 +13,9 @@ from typing import Callable
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.observability.log_escape import escaped
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
+from pbserve.backend.polling.spare_cpu import MACHINE
 from pbserve.backend.scheduling.pending import PendingRequest
 from pbserve.backend.instances.stub_calls import StubCalls
-from pbserve.backend.instances.spare_cpu import MACHINE
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.types import InferResponse, ShmRef, TensorData
 from pbserve.backend.instances.user_readiness import UserReadiness
@@ -392,7 +392,7 @@ class ModelInstance:
         """A request is coming and this idle instance will take it: wake its stub now,
         so that the stub's wake-up (tens of us from an idle CPU) overlaps the decoding
         and validation still ahead of `execute` instead of adding to the hop. Only while
-        the machine has CPU to spare (spare_cpu.py): the stub polls until it comes."""
+        the machine has CPU to spare (polling/spare_cpu.py): the stub polls until it comes."""
         if not self.ready or self._stub is None:
             return
         now = time.monotonic_ns()

@@ -24,6 +24,8 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from pbserve.backend.polling.linger import IDLE_TURN_NS
+from pbserve.backend.polling.spare_cpu import MACHINE
 from pbserve.backend.instances.private_dir import UntrustedDirectory, check_private
 from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
@@ -36,8 +38,6 @@ from stub.stub import queue_names
 log = logging.getLogger("pbserve.backend")
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # What a stub imports of pbserve: the stub and what the model sees, nothing else.
-# A turn of the event loop this short since the last ran nothing else: the loop is idle.
-IDLE_TURN_NS = 10_000
 _STUB_MODULES = ("stub", "shm", "backend_utils", "triton_python_backend_utils.py",
                  "c_python_backend_utils.py")
 
@@ -184,6 +184,7 @@ class StubProcess:
         now = time.perf_counter_ns()
         if now < deadline:
             if now - last < IDLE_TURN_NS:  # nothing else ran on the loop since the last turn
+                MACHINE.credit(now - last)
                 os.sched_yield()
             self._loop.call_soon(self._watch_turn, deadline, now)
 

@@ -1,17 +1,21 @@
 """Whether the machine has CPU to spare, from /proc/stat, sampled at most every SAMPLE_NS.
 
-An announced request (ModelInstance.expect_request) wakes its stub early, and the stub
-polls for the request until it comes: that hides the stub's wake-up when CPUs sit idle
-between requests, and only takes CPU from the others when they are all busy (the 64 B
-gRPC rows at c=8 lost 4 % to it). So the parent announces only while this says yes.
+The parent and the stubs poll instead of sleeping at a few places (an announced request,
+ModelInstance.expect_request; the watch for a reply; the loop's linger after a request):
+that hides wake-ups when CPUs sit idle between requests, and only takes CPU from the
+others when they are all busy (the 64 B gRPC rows at c=8 lost 4 % to the announcement).
+So they poll only while this says yes. The time the parent itself spent polling
+(`credit`) counts as idle: it would have slept, and it yields to whoever needs the CPU.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 SAMPLE_NS = 100_000_000  # the idle fraction is taken over at least this long
 SPARE_MIN = 0.25  # of all CPUs' time idle: enough to spare
+_NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 class SpareCpu:
@@ -23,6 +27,11 @@ class SpareCpu:
         self._sampled_ns = time.monotonic_ns()
         self._last = self._read()
         self._spare = False
+        self._polled_ns = 0
+
+    def credit(self, ns: int) -> None:
+        """This process polled (yielding the CPU) for `ns`: count it as idle."""
+        self._polled_ns += ns
 
     def spare(self) -> bool:
         now = time.monotonic_ns()
@@ -31,12 +40,14 @@ class SpareCpu:
             current = self._read()
             if current is not None and self._last is not None:
                 total = current[1] - self._last[1]
-                self._spare = total > 0 and (current[0] - self._last[0]) / total >= SPARE_MIN
+                idle = current[0] - self._last[0] + self._polled_ns / _NS_PER_TICK
+                self._spare = total > 0 and idle / total >= SPARE_MIN
             self._last = current
+            self._polled_ns = 0
         return self._spare
 
     def _read(self) -> tuple[int, int] | None:
-        """(idle, total) jiffies of all CPUs."""
+        """(idle, total) ticks of all CPUs."""
         try:
             with open(self._path, "rb") as f:
                 fields = f.readline().split()
