@@ -44,6 +44,9 @@ from stub.tensors import input_tensors
 
 PARENT_CHECK_S = 0.5
 EXPECT_NS = 200_000  # how long an announced request is polled for before sleeping again
+# After answering an announced request, the next is polled for this long, if the time
+# from an answer to the next request has recently been shorter (`_time_gap`).
+NEXT_NS = 300_000
 PRESSURE_PAUSE_S = 0.05  # /dev/shm full: how long the others get to give memory back
 SHM_WAIT_S = 10.0  # ... and how long an allocation waits for memory in all
 CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
@@ -81,6 +84,8 @@ class Stub:
         self.borrowed = BorrowedBlocks()
         self.bls = BlsClient(self)
         self._open: set[int] = set()
+        self._answered_ns = 0  # when the last EXECUTE was answered
+        self._gap_ns = NEXT_NS  # answer -> next EXECUTE, recently (moving average)
         self._open_lock = threading.Lock()
         self._running = True
         self.initialized = False  # `initialize` returned; BLS is allowed from then on
@@ -107,6 +112,7 @@ class Stub:
 
     # -- main loop --------------------------------------------------------------------
     def run(self) -> None:
+        announced = False  # the request now running was announced (expect_request)
         self.send((p.READY, os.getpid(), self.pool.prefix))
         threading.Thread(target=self._control_loop, name="pbserve-stub-control",
                          daemon=True).start()
@@ -119,12 +125,19 @@ class Stub:
                     self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
                     continue
                 if not raw:  # the parent announces a request (or wakes the loop to end)
-                    self._expect_request()
+                    announced = True
+                    self._expect_request(EXPECT_NS)
                     continue
                 message = p.decode(raw)
                 kind = message[0]
                 if kind == p.EXECUTE:
+                    self._time_gap()
                     self.on_execute(message[1], message[2], message[3])
+                    self._answered_ns = time.perf_counter_ns()
+                    if announced:
+                        announced = False
+                        if self._gap_ns < NEXT_NS:  # the next comes soon, as the last did
+                            self._expect_request(NEXT_NS)
                 elif kind == p.INIT:
                     self.on_init(*message[1:])
                 elif kind == p.AUTO_COMPLETE:
@@ -138,13 +151,22 @@ class Stub:
         finally:
             self.close()
 
-    def _expect_request(self) -> None:
-        """A request is on its way (the parent's `expect_request`): poll the main queue
-        for it, EXPECT_NS at most, instead of sleeping in the semaphore. The wake-up of
-        this process then happened while the parent still decoded the request, and the
-        parent's post of it wakes no one. Yields the CPU on each poll: on a busy
-        machine the parent, which is making the request, may need this CPU."""
-        deadline = time.perf_counter_ns() + EXPECT_NS
+    def _time_gap(self) -> None:
+        """Follow the time from each answer to the next EXECUTE (a moving average)."""
+        if self._answered_ns:
+            gap = time.perf_counter_ns() - self._answered_ns
+            self._gap_ns += (gap - self._gap_ns) // 8
+
+    def _expect_request(self, budget_ns: int) -> None:
+        """A request is on its way: poll the main queue for it, `budget_ns` at most,
+        instead of sleeping in the semaphore; the parent's post of it then wakes no one.
+        Used when the parent announced one (its `expect_request`: this process wakes
+        while the parent still decodes it), and after answering an announced request
+        when the next came soon the last times (NEXT_NS): the parent's announcement of
+        it then makes no system call either. The parent announces only while the
+        machine has CPU to spare. Yields the CPU on each poll: the parent, which is
+        making the request, may need it."""
+        deadline = time.perf_counter_ns() + budget_ns
         pending, now, yield_cpu = self.main_q.pending, time.perf_counter_ns, os.sched_yield
         while not pending() and now() < deadline:
             yield_cpu()

@@ -104,6 +104,11 @@ def test_an_announced_request_wakes_its_idle_stub_once_and_only_while_cpu_is_spa
         assert announced == [pid, pid]
         for _ in range(20):  # the stub polls for a while, then sleeps; all answered
             assert int(models.infer("sleepy", sleep_ms(0))["PID"][0]) == pid
+        for _ in range(30):  # announced back to back: the stub also polls after each
+            _on_loop(models, lambda: expect("sleepy"))  # answer for the next one
+            assert int(models.infer("sleepy", sleep_ms(0))["PID"][0]) == pid
+        assert len(announced) == 32
+        del announced[2:]
 
         _on_loop(models, lambda: expect("no_such_model"), lambda: expect("sleepy", "9"))
         machine.value = False
