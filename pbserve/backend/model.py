@@ -254,9 +254,7 @@ class Model:
             raise
         if trace is not None:
             trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
-        self._count(pending, response)
-        if self._on_request_done is not None:
-            self._on_request_done()
+        self._completed(pending, response)
         return response
 
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
@@ -279,9 +277,7 @@ class Model:
                     if trace is not None:
                         trace.finish(pending.arrival_ns, pending.exec_start_ns,
                                      time.monotonic_ns())
-                    self._count(pending, response if not failed else _failed(response))
-                    if self._on_request_done is not None:
-                        self._on_request_done()
+                    self._completed(pending, response if not failed else _failed(response))
                     yield response
                     return
                 yield response
@@ -515,7 +511,8 @@ class Model:
                 stats.executed += 1
                 stats.compute_infer_us += (now - pending.exec_start_ns) // 1000
 
-    def _count(self, pending: PendingRequest, response: InferResponse) -> None:
+    def _completed(self, pending: PendingRequest, response: InferResponse) -> None:
+        """A request's final response: its statistics, then `on_request_done`."""
         stats = self.stats
         stats.pending -= 1
         if pending.exec_start_ns:
@@ -529,6 +526,8 @@ class Model:
             stats.inference_count += max(pending.batch_size, 1)  # no batching: 1 each
         else:
             stats.failures[_failure_reason(pending, response.error)] += 1
+        if self._on_request_done is not None:
+            self._on_request_done()
 
     def _error(self, pending: PendingRequest, error: ServerError) -> InferResponse:
         return InferResponse(self.name, self.version, pending.request.id, error=error)

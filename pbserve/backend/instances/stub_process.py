@@ -24,8 +24,7 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from pbserve.backend.polling.linger import IDLE_TURN_NS
-from pbserve.backend.polling.spare_cpu import MACHINE
+from pbserve.backend.polling.linger import idle_turn
 from pbserve.backend.instances.private_dir import UntrustedDirectory, check_private
 from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
@@ -183,9 +182,7 @@ class StubProcess:
             return
         now = time.perf_counter_ns()
         if now < deadline:
-            if now - last < IDLE_TURN_NS:  # nothing else ran on the loop since the last turn
-                MACHINE.credit(now - last)
-                os.sched_yield()
+            idle_turn(last, now)
             self._loop.call_soon(self._watch_turn, deadline, now)
 
     def _watch(self) -> None:

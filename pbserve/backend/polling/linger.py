@@ -19,6 +19,15 @@ LINGER_NS = 500_000
 IDLE_TURN_NS = 10_000  # a turn this short ran nothing else: yield the CPU
 
 
+def idle_turn(last: int, now: int, spare: SpareCpu = MACHINE) -> None:
+    """A step of a chain of turns that polls on the event loop (the linger, the watch
+    for a stub's reply): when nothing else ran since the last step (under IDLE_TURN_NS
+    ago), count the time as polled and yield the CPU."""
+    if now - last < IDLE_TURN_NS:
+        spare.credit(now - last)
+        os.sched_yield()
+
+
 class Linger:
     """`after_request()` on the loop: keep it turning for LINGER_NS from now."""
 
@@ -41,7 +50,5 @@ class Linger:
         if now >= self._deadline:
             self._turning = False
             return
-        if now - last < IDLE_TURN_NS:
-            self._spare.credit(now - last)
-            os.sched_yield()
+        idle_turn(last, now, self._spare)
         asyncio.get_running_loop().call_soon(self._turn, now)

@@ -316,21 +316,22 @@ class Scheduler:
     def expect_request(self) -> None:
         """A request is on its way: the idle instance `submit` would hand it to gets
         ready for it (ModelInstance.expect_request)."""
-        if self._batching or self._size:
-            return
-        for instance in self.instances:
-            if instance.ready:
-                instance.expect_request()
-                return
+        instance = self._idle_instance()
+        if instance is not None:
+            instance.expect_request()
 
     def takes_now(self) -> bool:
         """Whether `submit` would hand a request to an idle instance at once."""
+        return self._idle_instance() is not None
+
+    def _idle_instance(self) -> ModelInstance | None:
+        """The idle instance `submit` would hand a request to at once, if any."""
         if self._batching or self._size:
-            return False
+            return None
         for instance in self.instances:
             if instance.ready:
-                return True
-        return False
+                return instance
+        return None
 
     def requeue(self, batch: list[PendingRequest]) -> None:
         """Requests that left the queue but did not run (a dead stub's queued batch, or
