@@ -29,7 +29,7 @@ from pbserve.backend.scheduling.outage import RESTART_WAIT_S
 from pbserve.backend.polling.linger import Linger
 from pbserve.backend.config.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository.repository import (
-    check_model_name, find_model, scan_repositories, served_versions)
+    check_explicit, check_model_name, find_model, scan_repositories, served_versions)
 from pbserve.backend.instances.remote_calls import RemoteModels
 from pbserve.backend.repository.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
@@ -316,7 +316,7 @@ class ModelManager:
     # -- InferenceCore: repository control -----------------------------------------------
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
-        self._check_explicit()
+        check_explicit(self.control_mode)
         override = None
         if files:
             check_model_name(name)
@@ -330,19 +330,10 @@ class ModelManager:
             raise
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        self._check_explicit()
+        check_explicit(self.control_mode)
         entry = self._entries.get(name)
         if entry is not None:
             await self._unload(entry)
-
-    def _check_explicit(self) -> None:
-        """Triton's refusals of the repository API outside explicit mode."""
-        if self.control_mode == "poll":
-            raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
-                              "allowed if polling is enabled")
-        if self.control_mode != "explicit":
-            raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
-                              "allowed if model control mode is not EXPLICIT")
 
     def _entry(self, name: str) -> ModelEntry:
         entry = self._entries.get(name)

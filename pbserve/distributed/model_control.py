@@ -23,7 +23,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from pbserve.backend.manager import ModelManager
-from pbserve.backend.repository.repository import check_model_name, scan_repositories
+from pbserve.backend.repository.repository import (
+    check_explicit, check_model_name, scan_repositories)
 from pbserve.distributed.registry import RegistryView
 from pbserve.distributed.request_plane import token
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
@@ -112,7 +113,7 @@ class PlaneControl:
 
     async def load(self, name: str, config: str | None = None,
                    files: dict[str, bytes] | None = None) -> None:
-        self._check_explicit()
+        check_explicit(self._mode)
         check_model_name(name)
         ask = {"op": "load", "model": name, "config": config,
                "files": {k: base64.b64encode(v).decode() for k, v in (files or {}).items()}}
@@ -122,18 +123,9 @@ class PlaneControl:
                               f"repository")
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        self._check_explicit()
+        check_explicit(self._mode)
         await self._ask_all(name, {"op": "unload", "model": name,
                                    "unload_dependents": unload_dependents})
-
-    def _check_explicit(self) -> None:
-        """Triton's refusals of the repository API outside explicit mode."""
-        if self._mode == "poll":
-            raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
-                              "allowed if polling is enabled")
-        if self._mode != "explicit":
-            raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
-                              "allowed if model control mode is not EXPLICIT")
 
     async def _ask_all(self, name: str, ask: dict[str, Any]) -> list[str]:
         """Ask every worker; the workers that hold the model. Raises the first error."""

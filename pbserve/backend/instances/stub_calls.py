@@ -164,19 +164,11 @@ class StubCalls:
                 response = await model.infer(request, descs=descs)
                 caller.reply(call_id, None, self._answer(caller, response))
         except ServerError as err:  # before the callee got the request: Triton's words
-            answer = (((int(ErrorCode.INTERNAL), f"Model {model_name} - Error when running "
-                        f"inference: {err.message}"), (), "{}"), NO_TOKEN)
-            if decoupled:
-                caller.reply_item(call_id, answer, True)
-            else:
-                caller.reply(call_id, None, answer)
+            _reply_error(caller, call_id, decoupled, ErrorCode.INTERNAL,
+                         f"Model {model_name} - Error when running inference: {err.message}")
         except asyncio.CancelledError:
-            answer = (((int(ErrorCode.CANCELLED), f"BLS request to model '{model_name}' "
-                        f"was cancelled"), (), "{}"), NO_TOKEN)
-            if decoupled:
-                caller.reply_item(call_id, answer, True)
-            else:
-                caller.reply(call_id, None, answer)
+            _reply_error(caller, call_id, decoupled, ErrorCode.CANCELLED,
+                         f"BLS request to model '{model_name}' was cancelled")
             raise
         finally:
             self._serving.pop((id(caller), call_id), None)
@@ -311,3 +303,13 @@ class StubCalls:
         if await self._manager().model_ready(name, version):
             return True
         return self.remote is not None and await self.remote.model_ready(name, version)
+
+
+def _reply_error(caller: "ModelInstance", call_id: int, decoupled: bool, code: ErrorCode,
+                 message: str) -> None:
+    """A BLS call's error answer: its only reply, or its final stream item."""
+    answer = (((int(code), message), (), "{}"), NO_TOKEN)
+    if decoupled:
+        caller.reply_item(call_id, answer, True)
+    else:
+        caller.reply(call_id, None, answer)

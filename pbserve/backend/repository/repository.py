@@ -85,6 +85,16 @@ def find_model(repositories: Iterable[Path], name: str) -> ModelSource:
                       f"failed to load '{name}', failed to poll from model repository")
 
 
+def check_explicit(control_mode: str) -> None:
+    """Triton's refusals of a model load or unload outside --model-control-mode=explicit."""
+    if control_mode == "poll":
+        raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
+                          "allowed if polling is enabled")
+    if control_mode != "explicit":
+        raise ServerError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not "
+                          "allowed if model control mode is not EXPLICIT")
+
+
 def check_model_name(name: str) -> None:
     """Triton's ValidateModelName (explicit load): no empty names, no path traversal."""
     trimmed = name.strip()
