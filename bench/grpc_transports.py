@@ -39,7 +39,7 @@ from proc_cpu import tree_cpu_s
 HERE = Path(__file__).resolve().parent
 ENV_ANCHOR = Path("/work/shared/perf/env_anchor.sh")
 BASELINE = "grpcio-aio"
-TRANSPORTS = ["grpcio-aio", "grpcio-sync", "grpclib", "h2", "hypercorn", "uvicorn-zttp",
+TRANSPORTS = ["grpcio-aio", "grpcio-sync", "grpclib", "h2", "zttp", "hypercorn", "uvicorn-zttp",
               "pyvoy", "granian"]
 SMALL, BIG = 16, 4194304
 # key, elements, concurrency, window ms, max trials

@@ -20,7 +20,7 @@ from pbserve.backend.observability.tracing import TRACER
 from pbserve.ignored_flags import add_ignored_flags, warn_ignored
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV
 from pbserve.trace_flags import add_trace_flags, configure_tracing
-from pbserve.server.grpc.server import start_grpc_server
+from pbserve.server.grpc.server import TRANSPORTS, start_grpc_server
 from pbserve.shutdown import shut_down
 from pbserve.server.http.server import start_http_server, start_metrics_server
 from pbserve.server.http.limits import (
@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-restricted-api", action="append", default=[],
         help="<api>[,<api>...]:<key>=<value>: requests to these APIs must carry header "
              f"<key> with <value> (repeatable); APIs: {', '.join(CATEGORIES)}")
+    add("--grpc-transport", choices=TRANSPORTS, default="zttp",
+        help="pbserve: the HTTP/2 implementation under the gRPC endpoint: grpcio, or "
+             "zttp (a sans-IO HTTP/2 engine in Zig; faster, see docs/performance.md)")
     add("--grpc-restricted-protocol", action="append", default=[],
         help="<protocol>[,...]:<key>=<value>: calls to these protocols must carry "
              "metadata triton-grpc-protocol-<key> with <value> (repeatable)")
@@ -272,7 +275,7 @@ async def serve(args: argparse.Namespace) -> int:
         if args.allow_grpc:
             servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port,
                                                    args.http_max_input_size, grpc_tls,
-                                                   grpc_restricted))
+                                                   grpc_restricted, args.grpc_transport))
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
                      args.grpc_port)
         if args.allow_metrics:

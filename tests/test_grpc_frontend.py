@@ -31,7 +31,7 @@ from client_inputs import grpc_input as g_in
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
-from pbserve.server.grpc.server import start_grpc_server
+from pbserve.server.grpc.server import TRANSPORTS, start_grpc_server
 from pbserve.server.grpc.wire import SPLIT_MIN_BYTES
 from pbserve.server.grpc.wire import varint_bytes as _varint
 from shm.pool import RegionMap
@@ -207,7 +207,8 @@ class FakeCore:
 # --- fixtures --------------------------------------------------------------------------
 
 class ServerThread:
-    def __init__(self) -> None:
+    def __init__(self, transport: str) -> None:
+        self.transport = transport
         self.core = FakeCore()
         self.loop = uvloop.new_event_loop()
         started = threading.Event()
@@ -220,7 +221,8 @@ class ServerThread:
         asyncio.set_event_loop(self.loop)
 
         async def start() -> None:
-            self.server = await start_grpc_server(self.core, "127.0.0.1", 0)
+            self.server = await start_grpc_server(self.core, "127.0.0.1", 0,
+                                                  transport=self.transport)
             started.set()
 
         self.loop.run_until_complete(start())
@@ -232,9 +234,10 @@ class ServerThread:
         self.thread.join(10)
 
 
-@pytest.fixture(scope="module")
-def server():
-    running = ServerThread()
+# Every test of this module runs on each gRPC transport (--grpc-transport).
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def server(request):
+    running = ServerThread(request.param)
     yield running
     running.stop()
 
@@ -656,9 +659,10 @@ def test_cancelled_stream_cancels_its_requests_cleanly(server, core, caplog):
 
 # --- the aio client, against a server on the test's own (asyncio) loop ---------------------
 
-async def test_aio_client_unary_and_stream():
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_aio_client_unary_and_stream(transport):
     core = FakeCore()
-    server = await start_grpc_server(core, "127.0.0.1", 0)
+    server = await start_grpc_server(core, "127.0.0.1", 0, transport=transport)
     try:
         async with aioclient.InferenceServerClient(f"127.0.0.1:{server.port}") as client:
             assert await client.is_server_live()

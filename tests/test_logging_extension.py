@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,15 @@ def _lines_with(text: str, path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if text in line]
 
 
+def _wait_lines(text: str, path: Path, timeout: float = 5.0) -> list[str]:
+    """The lines with `text`, once there are any: a stub's log lines reach the file
+    through the parent, a moment after the response that the model sent with them."""
+    deadline = time.monotonic() + timeout
+    while not (lines := _lines_with(text, path)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return lines
+
+
 @pytest.fixture
 def log_file(tmp_path: Path) -> Path:
     return tmp_path / "server.log"
@@ -66,14 +76,14 @@ def test_http_settings_follow_into_parent_and_stubs(log_file: Path, repo: Path) 
 
         _infer(client, "m1")
         assert not _lines_with("verbose m1", log_file)
-        assert len(_lines_with("info m1", log_file)) == 1
+        assert len(_wait_lines("info m1", log_file)) == 1
         assert _lines_with("log_probe info in initialize", log_file)
         assert not _lines_with("log_probe verbose in initialize", log_file)
 
         settings = client.update_log_settings({"log_verbose_level": 1})
         assert settings == {**DEFAULTS, "log_file": str(log_file), "log_verbose_level": 1}
         _infer(client, "m2")
-        assert len(_lines_with("verbose m2", log_file)) == 1
+        assert len(_wait_lines("verbose m2", log_file)) == 1
 
         client.update_log_settings({"log_verbose_level": 0, "log_info": False,
                                     "log_error": False})
@@ -81,7 +91,7 @@ def test_http_settings_follow_into_parent_and_stubs(log_file: Path, repo: Path) 
         assert not _lines_with("verbose m3", log_file)
         assert not _lines_with("info m3", log_file)
         assert not _lines_with("error m3", log_file)
-        assert len(_lines_with("warning m3", log_file)) == 1
+        assert len(_wait_lines("warning m3", log_file)) == 1
 
         client.update_log_settings({"log_info": True, "log_error": True,
                                     "log_format": "ISO8601"})
@@ -130,7 +140,7 @@ def test_grpc_log_settings(log_file: Path, repo: Path) -> None:
 
         client.update_log_settings({"log_verbose_level": 2})
         _infer(client, "g1")
-        assert len(_lines_with("verbose g1", log_file)) == 1
+        assert len(_wait_lines("verbose g1", log_file)) == 1
         assert server.http_client().get_log_settings()["log_verbose_level"] == 2
 
         cases = [
@@ -159,7 +169,7 @@ def test_stub_started_later_gets_current_settings(log_file: Path, repo: Path) ->
         client.load_model("log_probe")
         assert _lines_with("log_probe verbose in initialize", log_file)
         _infer(client, "later")
-        assert _lines_with("verbose later", log_file)
+        assert _wait_lines("verbose later", log_file)
 
 
 def test_log_flags(tmp_path: Path, repo: Path) -> None:
@@ -177,7 +187,7 @@ def test_log_flags(tmp_path: Path, repo: Path) -> None:
     assert not _lines_with("info f1", log_file)
     [line] = _lines_with("verbose f1", log_file)
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ ", line), line
-    assert _lines_with("warning f1", log_file)
+    assert _wait_lines("warning f1", log_file)
     assert not _lines_with("warning f1", console)  # the log went to the file only
 
 

@@ -47,7 +47,8 @@ def _methods() -> dict[str, tuple[Any, type[Message]]]:
     for m in service.methods:
         if m.client_streaming or m.server_streaming:
             continue
-        request_type = getattr(pb, m.input_type.name)
+        # ModelInfer is registered on bytes (grpc/wire.py): no message type
+        request_type = None if m.name == "ModelInfer" else getattr(pb, m.input_type.name)
         methods[f"{echo.PREFIX}{m.name}"] = (getattr(servicer, m.name), request_type)
     return methods
 
@@ -95,11 +96,14 @@ async def app(scope: dict[str, Any], receive, send) -> None:
     handler, request_type = method
     (body,) = Deframer().feed(await _body(receive))
     try:
-        response = await handler(request_type.FromString(body), _Context())
+        request = body if request_type is None else request_type.FromString(body)
+        response = await handler(request, _Context())
     except _Abort as error:
         await send({"type": "http.response.body", "body": b""})
         await send({"type": "http.response.trailers", "headers": echo.Refused(
             error.code.value[0], error.message).trailers()})
         return
-    await send({"type": "http.response.body", "body": frame(response.SerializeToString())})
+    if not isinstance(response, bytes):
+        response = response.SerializeToString()
+    await send({"type": "http.response.body", "body": frame(response)})
     await send(_OK)

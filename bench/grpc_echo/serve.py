@@ -49,14 +49,15 @@ def _pyvoy(port: int, app: str = APP, lifespan: str = "--no-lifespan") -> None:
     env = dict(os.environ, PYTHONPATH=str(BENCH))
     pyvoy = Path(sys.executable).with_name("pyvoy")
     os.execve(pyvoy, [str(pyvoy), app, "--address", "127.0.0.1", "--port", str(port),
-                      lifespan, "--log-level", "error"], env)
+                      lifespan, "--log-level", "error", "--loop", "uvloop"], env)
 
 
-def _pbserve(port: int) -> None:
-    """The real pbserve (its grpcio frontend) on the anchor models."""
+def _pbserve(port: int, transport: str = "zttp") -> None:
+    """The real pbserve (on its gRPC transport `transport`) on the anchor models."""
     pbserve = Path(sys.executable).with_name("pbserve")
     os.execv(pbserve, [str(pbserve), "--model-repository", PBSERVE_REPO,
                        "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
+                       "--grpc-transport", transport,
                        "--allow-http", "false", "--allow-metrics", "false"])
 
 
@@ -72,9 +73,12 @@ def main() -> None:
         from grpc_echo.grpclib_server import serve
     elif transport == "h2":
         from grpc_echo.h2_server import serve
+    elif transport == "zttp":
+        from grpc_echo.zttp_server import serve
     else:
         serve = {"hypercorn": _hypercorn, "uvicorn-zttp": _uvicorn, "granian": _granian,
                  "pyvoy": _pyvoy, "pbserve": _pbserve,
+                 "pbserve-grpcio": lambda port: _pbserve(port, "grpcio"),
                  "pbserve-pyvoy": lambda port: _pyvoy(port, PBSERVE_APP, "--lifespan"),
                  "pbserve-uvicorn-zttp": lambda port: _uvicorn(port, PBSERVE_APP, "on"),
                  }[transport]

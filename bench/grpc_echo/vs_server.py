@@ -14,6 +14,9 @@ else on that port is 404. The echo answers no statistics, so vs.py's srv-inf col
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
 import http.server
 import sys
 import threading
@@ -22,10 +25,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+_GRPC_URL: list[str] = []
+
+
+def _grpc_ready() -> bool:
+    """Whether the server on --grpc-port answers ServerReady (a server whose models load
+    at start, such as pbserve on pyvoy, is not ready when its HTTP/2 port opens)."""
+    import tritonclient.grpc as grpcclient
+
+    try:
+        return grpcclient.InferenceServerClient(_GRPC_URL[0]).is_server_ready()
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
 class _Ready(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         ok = self.path == "/v2/health/ready" or (
             self.path.startswith("/v2/models/") and self.path.endswith("/ready"))
+        ok = ok and _grpc_ready()
         self.send_response(200 if ok else 404)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -39,10 +57,20 @@ def main() -> None:
     ap.add_argument("transport")
     ap.add_argument("--grpc-port", type=int, required=True)
     ap.add_argument("--http-port", type=int, required=True)
+    ap.add_argument("--model-repository")
     args, _ = ap.parse_known_args()  # the rest of tritonserver's flags mean nothing here
+    _GRPC_URL.append(f"127.0.0.1:{args.grpc_port}")
+    if args.model_repository:
+        os.environ["PBSERVE_REPO"] = args.model_repository
     ready = http.server.HTTPServer(("127.0.0.1", args.http_port), _Ready)
     threading.Thread(target=ready.serve_forever, daemon=True).start()
     sys.argv = [sys.argv[0], args.transport, str(args.grpc_port)]
+    if "pyvoy" in args.transport:  # pyvoy execs Envoy: keep this process for the probes
+        child = subprocess.Popen([sys.executable, "-m", "grpc_echo.serve", *sys.argv[1:]],
+                                 env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda s, _f: child.send_signal(s))
+        sys.exit(child.wait())
     from grpc_echo.serve import main as serve
 
     serve()

@@ -4,7 +4,8 @@
     ...
     await server.close()
 
-A `grpc.aio` server on the running event loop, serving `InferenceServicer`. Messages
+A server on the running event loop, serving `InferenceServicer`: on zttp's HTTP/2
+(grpc/h2/, the default) or a `grpc.aio` server (`transport="grpcio"`). Messages
 are Triton's own (`tritonclient.grpc.service_pb2`). Messages sent may be as large as
 Triton's (INT32_MAX); a message received is bounded by twice `max_input_size` (the
 server's --http-max-input-size: for its tensor data and for the rest, as an HTTP body is):
@@ -18,6 +19,7 @@ import logging
 import grpc
 
 from pbserve.backend.api import InferenceCore
+from pbserve.server.grpc.h2.server import H2GrpcServer, h2_handlers
 from pbserve.server.grpc.handlers import add_service
 from pbserve.server.grpc.service import InferenceServicer
 from pbserve.server.http.limits import DEFAULT_MAX_INPUT_SIZE
@@ -27,6 +29,8 @@ from pbserve.server.tls import TlsConfig
 log = logging.getLogger("pbserve.grpc")
 
 MAX_MESSAGE_BYTES = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE
+# --grpc-transport: the HTTP/2 under the endpoint (zttp: grpc/h2/; docs/performance.md)
+TRANSPORTS = ("zttp", "grpcio")
 # How long close() lets calls in progress finish before cancelling them.
 CLOSE_GRACE_S = 5.0
 
@@ -58,12 +62,21 @@ def _target(host: str, port: int) -> str:
 async def start_grpc_server(core: InferenceCore, host: str, port: int,
                             max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
                             tls: TlsConfig | None = None,
-                            restricted: dict[str, Restriction] | None = None) -> GrpcServer:
+                            restricted: dict[str, Restriction] | None = None,
+                            transport: str = "zttp") -> GrpcServer | H2GrpcServer:
     """Listen on host:port (with TLS when `tls`; `restricted`: the groups
-    --grpc-restricted-protocol closes); raises OSError when the address cannot be bound."""
+    --grpc-restricted-protocol closes; `transport`: one of TRANSPORTS); raises OSError
+    when the address cannot be bound."""
+    limit = min(2 * max_input_size, MAX_MESSAGE_BYTES)
+    if transport == "zttp":
+        servicer = InferenceServicer(core)
+        h2 = H2GrpcServer(servicer, h2_handlers(servicer, restricted), limit)
+        await h2.listen(host, port, tls)
+        log.info("gRPC server (zttp) listening on %s", _target(host, h2.port))
+        return h2
     server = grpc.aio.server(options=[
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", min(2 * max_input_size, MAX_MESSAGE_BYTES)),
+        ("grpc.max_receive_message_length", limit),
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])

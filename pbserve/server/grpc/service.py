@@ -23,6 +23,7 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.config.model_config import config_from_dict
+from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
 from pbserve.server.http import stats as http_stats
 from pbserve.server.grpc import logging as grpc_logging
@@ -32,11 +33,12 @@ from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc.codec import (
     decode_infer_request,
     encode_infer_response_bytes,
+    encode_response_header,
     model_version,
 )
 from pbserve.server.grpc.handlers import abort
 from pbserve.server.grpc.stream import StreamSession
-from pbserve.server.grpc.wire import parse_infer_request
+from pbserve.server.grpc.wire import ResponseParts, infer_response_parts, parse_infer_request
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -80,6 +82,28 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         """Bytes in, bytes out (grpc/server.py registers no (de)serializer): see
         grpc/wire.py. A body protobuf cannot parse is INVALID_ARGUMENT, as for the
         other RPCs (grpc/handlers.py)."""
+        response = await self._infer(body, context)
+        try:
+            return encode_infer_response_bytes(response)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            await self._fail(context, "ModelInfer", exc)
+        finally:
+            response.release()
+
+    async def model_infer_parts(self, body: bytes, context: Any) -> ResponseParts:
+        """ModelInfer for a transport that copies the response's pieces itself (grpc/h2):
+        the outputs go out from their shm buffers, not joined into one bytes first."""
+        response = await self._infer(body, context)
+        try:
+            parts = infer_response_parts(response, encode_response_header(response))
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status
+            response.release()
+            await self._fail(context, "ModelInfer", exc)
+        return ResponseParts(parts, response.release)
+
+    async def _infer(self, body: bytes, context: Any) -> InferResponse:
+        """A ModelInfer body's successful response (the caller releases it); any error
+        ends the call with its status."""
         core = self._core
         try:
             request, raw = parse_infer_request(body)
@@ -94,14 +118,13 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
             infer_request, _ = decode_infer_request(request, version, raw)
             response = await core.infer(infer_request)
-            try:
-                if response.error is not None:
-                    raise response.error
-                return encode_infer_response_bytes(response)
-            finally:
-                response.release()
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             await self._fail(context, "ModelInfer", exc)
+        if response.error is not None:
+            error = response.error
+            response.release()
+            await self._fail(context, "ModelInfer", error)
+        return response
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: grpc.aio.ServicerContext) -> None:

@@ -12,6 +12,7 @@ wire format of repeated fields lets them follow the rest in any order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -96,6 +97,18 @@ def parse_infer_request(body: bytes) -> tuple[pb.ModelInferRequest, list[Any] | 
         else:
             return pb.ModelInferRequest.FromString(b"".join(header)), raw
     return pb.ModelInferRequest.FromString(body), None
+
+
+class ResponseParts:
+    """A response's wire bytes in pieces (infer_response_parts) and what frees the
+    buffers they view once they are sent."""
+
+    __slots__ = ("parts", "release", "size")
+
+    def __init__(self, parts: list[Any], release: Callable[[], None]) -> None:
+        self.parts = parts
+        self.release = release
+        self.size = sum(len(part) for part in parts)
 
 
 def infer_response_parts(response: InferResponse, header: pb.ModelInferResponse

@@ -1,0 +1,1 @@
+"""Triton's gRPC API on zttp's sans-IO HTTP/2 (`--grpc-transport zttp`)."""

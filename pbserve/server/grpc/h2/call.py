@@ -1,0 +1,170 @@
+"""One gRPC call on an HTTP/2 stream: its request messages (length-prefixed, RFC-style
+gRPC framing) in, and the part of grpc.aio.ServicerContext that pbserve's servicer uses.
+
+The servicer (grpc/service.py, grpc/stream.py) was written against grpc.aio; this
+context gives it the same surface (`abort`, `invocation_metadata`, `set_code`,
+`set_details`, `write`), so one servicer serves both transports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import quote
+
+import grpc
+
+PREFIX_BYTES = 5  # compressed flag (1 byte), message length (4 bytes, big-endian)
+_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if c != 0x25)  # grpc-message's
+
+
+class Abort(Exception):
+    """`context.abort()`: the call ends with this status (as grpc.aio.AbortError)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+def status_trailers(code: grpc.StatusCode, details: str = "") -> list[tuple[bytes, bytes]]:
+    """grpc-status and the percent-encoded grpc-message (the gRPC HTTP/2 spec)."""
+    trailers = [(b"grpc-status", str(code.value[0]).encode())]
+    if details:
+        trailers.append((b"grpc-message", quote(details, safe=_SAFE).encode("ascii")))
+    return trailers
+
+
+def prefix(length: int) -> bytes:
+    """The 5 bytes before an uncompressed message of `length` bytes."""
+    return b"\x00" + length.to_bytes(4, "big")
+
+
+class TooLarge(Exception):
+    """A request message past the receive limit (grpcio's words and status)."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"Received message larger than max ({length} vs. {limit})")
+
+
+class Compressed(Exception):
+    """A compressed request message in an encoding the server does not take."""
+
+
+# grpc-encoding -> zlib's wbits (gzip: a gzip header; deflate: zlib's format, as grpc's)
+ENCODINGS = {"gzip": 31, "deflate": 15}
+ACCEPT_ENCODING = ("identity," + ",".join(ENCODINGS)).encode()
+
+
+class Deframer:
+    """Request messages out of a stream's DATA; a message's size is checked against
+    `limit` from its prefix, before its body is buffered, and a compressed one's
+    (grpc-encoding `encoding`) again as it is inflated. A message split over DATA
+    frames is copied into one buffer of its size as its pieces arrive (once, while the
+    rest is still on its way), not joined when it is whole."""
+
+    __slots__ = ("limit", "encoding", "_head", "_body", "_filled", "_compressed")
+
+    def __init__(self, limit: int, encoding: str = "identity") -> None:
+        self.limit = limit
+        self.encoding = encoding
+        self._head = b""  # a prefix not yet whole
+        self._body: bytearray | None = None  # the message being gathered
+        self._filled = 0
+        self._compressed = False
+
+    def feed(self, data: bytes) -> list[bytes | bytearray]:
+        """The messages `data` completes (TooLarge, Compressed: the call must end)."""
+        if self._body is None and not self._head and len(data) >= PREFIX_BYTES:
+            length = int.from_bytes(data[1:5], "big")
+            if len(data) == PREFIX_BYTES + length and data[0] == 0 and length <= self.limit:
+                return [data[PREFIX_BYTES:]]  # the common case: one whole message
+        messages: list[bytes | bytearray] = []
+        view = memoryview(data)
+        pos, size = 0, len(data)
+        while pos < size or (self._body is not None and not self._body):
+            if self._body is None:
+                take = min(PREFIX_BYTES - len(self._head), size - pos)
+                self._head += data[pos:pos + take]
+                pos += take
+                if len(self._head) < PREFIX_BYTES:
+                    break
+                self._start(self._head)
+                self._head = b""
+            body = self._body
+            assert body is not None
+            take = min(len(body) - self._filled, size - pos)
+            if take:
+                body[self._filled:self._filled + take] = view[pos:pos + take]
+                self._filled += take
+                pos += take
+            if self._filled == len(body):
+                messages.append(self._inflate(body) if self._compressed else body)
+                self._body = None
+        return messages
+
+    def _start(self, head: bytes) -> None:
+        self._compressed = head[0] != 0
+        if self._compressed and self.encoding not in ENCODINGS:
+            raise Compressed(f"a compressed message in grpc-encoding '{self.encoding}': "
+                             f"the server takes {', '.join(ENCODINGS)}")
+        length = int.from_bytes(head[1:5], "big")
+        if length > self.limit:
+            raise TooLarge(length, self.limit)
+        self._body = bytearray(length)
+        self._filled = 0
+
+    def _inflate(self, message: bytes | bytearray) -> bytes:
+        inflater = zlib.decompressobj(ENCODINGS[self.encoding])
+        try:
+            data = inflater.decompress(message, self.limit + 1)
+        except zlib.error as exc:
+            raise Compressed(f"the message does not inflate as {self.encoding}: "
+                             f"{exc}") from None
+        if len(data) > self.limit:
+            raise TooLarge(len(data), self.limit)
+        return data
+
+
+class CallContext:
+    """What the servicer sees of its call (grpc.aio.ServicerContext's methods it uses)."""
+
+    __slots__ = ("_metadata", "_send", "_serialize", "code", "details")
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...],
+                 send: Callable[[bytes], None],
+                 serialize: Callable[[Any], bytes] | None) -> None:
+        self._metadata = metadata
+        self._send = send
+        self._serialize = serialize
+        self.code = grpc.StatusCode.OK
+        self.details = ""
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise Abort(code, details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+    async def write(self, message: Any) -> None:
+        """One response message of a streaming call."""
+        waiting = self._send(self._serialize(message) if self._serialize else message)
+        if waiting is not None:  # the connection's buffer is full: wait for it to drain
+            await waiting
+
+
+async def request_stream(queue: asyncio.Queue) -> AsyncIterator[Any]:
+    """A client-streaming call's requests, as the transport puts them on `queue` (None
+    ends them: the client half-closed)."""
+    while True:
+        message = await queue.get()
+        if message is None:
+            return
+        yield message

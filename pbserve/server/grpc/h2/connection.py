@@ -1,0 +1,358 @@
+"""One client connection of the gRPC server on zttp: HTTP/2 streams to calls.
+
+zttp (a sans-IO HTTP/2 engine with a Zig core) parses frames, keeps HPACK and flow
+control, answers pings and settings, and parks response bytes past the client's window;
+this protocol maps each stream to a call of the servicer, runs it as a task on the event
+loop, and writes what zttp has to send. A client that resets a stream cancels its task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import zttp
+
+from pbserve.server.grpc.h2.call import (
+    ACCEPT_ENCODING,
+    Abort,
+    CallContext,
+    Compressed,
+    Deframer,
+    TooLarge,
+    prefix,
+    request_stream,
+    status_trailers,
+)
+
+from pbserve.server.grpc.wire import ResponseParts
+
+if TYPE_CHECKING:
+    from pbserve.server.grpc.h2.server import H2GrpcServer
+
+log = logging.getLogger("pbserve.grpc")
+
+_HEADERS = [(b"content-type", b"application/grpc"), (b"grpc-accept-encoding", ACCEPT_ENCODING)]
+_OK = status_trailers(grpc.StatusCode.OK)
+# zttp lets a client open at most 4,096 streams on one connection (its bound against
+# rapid-reset floods, CVE-2023-44487; not configurable). Before that the server says a
+# graceful GOAWAY: the client finishes its calls there and opens a new connection.
+STREAMS_PER_CONNECTION = 4000
+_LAST_STREAM = 2**31 - 1
+# Request headers that are the transport's, not the call's metadata (as grpcio).
+_NOT_METADATA = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
+                           b"grpc-accept-encoding", b"host"))
+SHUT_WAIT_S = 1.0  # how long a half-closed connection waits for the client's close
+_SMALL = 64 * 1024  # a response up to this size is joined to its prefix: one send
+
+
+class _Call:
+    """One stream's call."""
+
+    __slots__ = ("stream_id", "handler", "deframer", "messages", "queue", "task", "context",
+                 "started", "done")
+
+    def __init__(self, stream_id: int, handler: Any, limit: int, encoding: str) -> None:
+        self.stream_id = stream_id
+        self.handler = handler
+        self.deframer = Deframer(limit, encoding)
+        self.messages: list[bytes] = []
+        self.queue: asyncio.Queue | None = None  # a streaming call's requests
+        self.task: asyncio.Task | None = None
+        self.context: CallContext | None = None
+        self.started = False  # response headers sent
+        self.done = False  # answered, failed or reset: nothing more is sent
+
+
+class GrpcConnection(asyncio.Protocol):
+    """An HTTP/2 connection serving GRPCInferenceService."""
+
+    def __init__(self, server: H2GrpcServer) -> None:
+        self._server = server
+        self._calls: dict[int, _Call] = {}
+        self._opened = 0
+        self._going_away = False
+        self._writable: asyncio.Event | None = None  # set while the transport accepts
+        self.transport: asyncio.Transport | None = None
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment] - uvloop's is no subclass
+        self._conn = zttp.Connection(zttp.SERVER, zttp.HTTP2)
+        self._conn.initiate_connection()
+        self._server.connections.add(self)
+        if self._server.closing:
+            self.go_away()
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        for call in self._calls.values():
+            call.done = True
+            if call.task is not None:
+                call.task.cancel()
+        self._calls.clear()
+        if self._writable is not None:
+            self._writable.set()
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.Event()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None:
+            self._writable.set()
+            self._writable = None
+
+    def data_received(self, data: bytes) -> None:
+        conn = self._conn
+        try:
+            conn.receive_data(data)
+            while True:
+                event = conn.next_event()
+                kind = type(event)
+                if kind is zttp.Data:
+                    call = self._calls.get(event.stream_id)
+                    if call is not None and not call.done:
+                        self._on_data(call, event.data)
+                elif kind is zttp.Request:
+                    self._on_request(event)
+                elif kind is zttp.EndOfMessage:
+                    call = self._calls.get(event.stream_id)
+                    if call is not None and not call.done:
+                        self._on_end(call)
+                elif kind is zttp.RstStream:
+                    self._on_reset(event.stream_id)
+                elif event is zttp.NEED_DATA:
+                    break
+                elif event is zttp.CONNECTION_CLOSED:
+                    self.transport.close()
+                    break
+                # Settings, Ping, WindowUpdate, GoAway: zttp acts on them itself
+        except zttp.ProtocolError as exc:
+            log.info("gRPC connection from %s closed: %s",
+                     self.transport.get_extra_info("peername"), exc)
+            self._flush()  # zttp's GOAWAY
+            self.transport.close()
+            return
+        self._flush()
+
+    # -- requests ---------------------------------------------------------------------
+    def _on_request(self, request: zttp.Request) -> None:
+        stream_id = request.stream_id
+        self._opened += 1
+        if self._opened >= STREAMS_PER_CONNECTION:
+            self.go_away()
+        path = request.path.decode("latin-1")
+        handler = self._server.handlers.get(path)
+        if handler is None:
+            self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED,
+                                f"Method not found: {path}")
+            return
+        encoding = "identity"
+        metadata = []
+        for name, value in request.headers:
+            if name == b"grpc-encoding":
+                encoding = value.decode("latin-1")
+            elif name not in _NOT_METADATA and not name.startswith(b":"):
+                metadata.append((name.decode("latin-1"), value.decode("latin-1")))
+        call = self._calls[stream_id] = _Call(stream_id, handler, self._server.limit,
+                                              encoding)
+        call.context = CallContext(tuple(metadata),
+                                   lambda message: self._send_message(call, message),
+                                   handler.response_serializer)
+        if handler.stream_stream is not None:
+            call.queue = asyncio.Queue()
+            call.task = asyncio.ensure_future(self._run_streaming(call))
+        if request.end_stream:
+            self._on_end(call)
+
+    def _on_data(self, call: _Call, data: bytes) -> None:
+        try:
+            messages = call.deframer.feed(data)
+        except TooLarge as exc:
+            self._refuse(call, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            return
+        except Compressed as exc:
+            self._refuse(call, grpc.StatusCode.UNIMPLEMENTED, str(exc))
+            return
+        if call.queue is None:
+            call.messages.extend(messages)
+            return
+        deserialize = call.handler.request_deserializer
+        for message in messages:
+            call.queue.put_nowait(deserialize(message) if deserialize else message)
+
+    def _on_end(self, call: _Call) -> None:
+        if call.queue is not None:
+            call.queue.put_nowait(None)  # the client half-closed
+            return
+        if len(call.messages) != 1:
+            self._refuse(call, grpc.StatusCode.INTERNAL,
+                         f"a unary call takes one request message ({len(call.messages)} "
+                         f"received)")
+            return
+        call.task = asyncio.ensure_future(self._run_unary(call, call.messages.pop()))
+
+    def _on_reset(self, stream_id: int) -> None:
+        call = self._calls.pop(stream_id, None)
+        if call is not None:
+            call.done = True
+            if call.task is not None:
+                call.task.cancel()  # the client cancelled (or its deadline passed)
+
+    # -- calls ------------------------------------------------------------------------
+    async def _run_unary(self, call: _Call, body: bytes) -> None:
+        handler = call.handler
+        try:
+            request = handler.request_deserializer(body) if handler.request_deserializer \
+                else body
+            response = await handler.unary_unary(request, call.context)
+            payload = handler.response_serializer(response) if handler.response_serializer \
+                else response
+        except Abort as abort:
+            self._end(call, abort.code, abort.details)
+        except asyncio.CancelledError:
+            self._end(call, grpc.StatusCode.CANCELLED, "Cancelled")
+            raise
+        except Exception as exc:  # noqa: BLE001 - as grpcio: the call ends UNKNOWN
+            log.error("gRPC call failed", exc_info=exc)
+            self._end(call, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
+        else:
+            self._answer(call, payload)
+
+    async def _run_streaming(self, call: _Call) -> None:
+        assert call.queue is not None and call.context is not None
+        try:
+            await call.handler.stream_stream(request_stream(call.queue), call.context)
+        except Abort as abort:
+            self._end(call, abort.code, abort.details)
+        except asyncio.CancelledError:
+            self._end(call, grpc.StatusCode.CANCELLED, "Cancelled")
+            raise
+        except Exception as exc:  # noqa: BLE001 - as grpcio: the call ends UNKNOWN
+            log.error("gRPC call failed", exc_info=exc)
+            self._end(call, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
+        else:
+            self._end(call, call.context.code, call.context.details)
+
+    def _answer(self, call: _Call, payload: bytes | ResponseParts) -> None:
+        """A unary call's response and its OK status, in one write."""
+        try:
+            if not call.done:
+                stream = self._conn.stream(call.stream_id)
+                stream.send_response(200, _HEADERS)
+                if type(payload) is ResponseParts:
+                    stream.send_data(prefix(payload.size))
+                    for part in payload.parts:  # zttp copies each (from shm, for outputs)
+                        stream.send_data(part)
+                else:
+                    self._data(stream, payload)
+                stream.end_message(_OK)
+        except zttp.ProtocolError:
+            pass  # the stream is gone (the connection failed)
+        finally:
+            if type(payload) is ResponseParts:
+                payload.release()
+        self._forget(call)
+        self._flush()
+
+    def _send_message(self, call: _Call, payload: bytes) -> Any:
+        """One message of a streaming response (CallContext.write); waits while the
+        transport's buffer is full."""
+        if not call.done:
+            stream = self._conn.stream(call.stream_id)
+            if not call.started:
+                stream.send_response(200, _HEADERS)
+                call.started = True
+            self._data(stream, payload)
+            self._flush()
+        return self._writable.wait() if self._writable is not None else None
+
+    def _end(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
+        """End the call with a status (trailers; trailers only when nothing was sent)."""
+        if call.done:
+            return
+        trailers = status_trailers(code, details)
+        try:
+            stream = self._conn.stream(call.stream_id)
+            if call.started:
+                stream.end_message(trailers)
+            else:
+                stream.send_response(200, _HEADERS + trailers, end_stream=True)
+        except zttp.ProtocolError:
+            pass  # the stream is gone (the connection failed)
+        self._forget(call)
+        self._flush()
+
+    def _refuse(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
+        """End a call whose request cannot be taken, and stop the client's sending."""
+        task = call.task
+        self._end(call, code, details)
+        if task is not None:
+            task.cancel()
+        try:
+            self._conn.stream(call.stream_id).reset(0)  # NO_ERROR: the answer is final
+        except zttp.ProtocolError:
+            pass  # the client had finished sending: the stream is closed
+        self._flush()
+
+    def _trailers_only(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
+        self._conn.stream(stream_id).send_response(
+            200, _HEADERS + status_trailers(code, details), end_stream=True)
+
+    def _forget(self, call: _Call) -> None:
+        call.done = True
+        self._calls.pop(call.stream_id, None)
+
+    @staticmethod
+    def _data(stream: zttp.Stream, payload: bytes) -> None:
+        if len(payload) <= _SMALL:
+            stream.send_data(prefix(len(payload)) + payload)
+        else:  # zttp copies it into its buffer: no need to join it to the prefix first
+            stream.send_data(prefix(len(payload)))
+            stream.send_data(payload)
+
+    def _flush(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        out = self._conn.data_to_send()
+        if out:
+            transport.write(out)
+        if self._going_away and not self._calls and self._server.closing:
+            self.shut()  # the server stops and its last call here has ended
+
+    # -- shutdown ---------------------------------------------------------------------
+    def go_away(self) -> None:
+        """Take no new calls (a graceful GOAWAY); those in progress finish."""
+        if not self._going_away:
+            self._going_away = True
+            self._conn.close(0, _LAST_STREAM)
+            self._flush()
+
+    def shut(self) -> None:
+        """Close after what was written: half-close (FIN) and let the client close its
+        end. Closing at once could reset the connection (the client's late frames
+        unread) and lose the last trailers the client has not read yet."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            try:
+                transport.write_eof()
+            except OSError:  # the client is gone already
+                transport.close()
+                return
+            asyncio.get_running_loop().call_later(SHUT_WAIT_S, transport.close)
+        else:
+            transport.close()
+
+    @property
+    def tasks(self) -> list[asyncio.Task]:
+        return [call.task for call in self._calls.values() if call.task is not None]
+
+    @property
+    def idle(self) -> bool:
+        return not self._calls

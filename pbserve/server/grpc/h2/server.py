@@ -1,0 +1,87 @@
+"""The gRPC endpoint on zttp's HTTP/2 (`--grpc-transport zttp`): an asyncio server on
+the running event loop, serving the same `InferenceServicer` and method handlers as the
+grpcio server (grpc/server.py), without grpcio's per-call machinery and its poller
+thread. Why it exists and what it gives: docs/performance.md ("gRPC transport").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pbserve.server.grpc.h2.connection import SHUT_WAIT_S, GrpcConnection
+from pbserve.server.grpc.handlers import SERVICE, method_handlers
+from pbserve.server.restrictions import Restriction
+from pbserve.server.tls import TlsConfig
+
+log = logging.getLogger("pbserve.grpc")
+
+
+class _PartsServicer:
+    """The servicer, with ModelInfer answering the response in pieces (the connection
+    sends them from their buffers)."""
+
+    def __init__(self, servicer: Any) -> None:
+        self._servicer = servicer
+        self.ModelInfer = servicer.model_infer_parts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._servicer, name)
+
+
+def h2_handlers(servicer: Any, restricted: dict[str, Restriction] | None
+                ) -> dict[str, Any]:
+    """Each RPC's handler by its HTTP/2 path ("/inference.GRPCInferenceService/...")."""
+    handlers = method_handlers(_PartsServicer(servicer), servicer.errors, restricted)
+    return {f"/{SERVICE.full_name}/{name}": handler for name, handler in handlers.items()}
+
+
+class H2GrpcServer:
+    """A listening zttp gRPC server; `close()` stops it."""
+
+    def __init__(self, servicer: Any, handlers: dict[str, Any], limit: int) -> None:
+        self._servicer = servicer
+        # "/inference.GRPCInferenceService/ModelInfer" -> grpc.RpcMethodHandler
+        self.handlers = handlers
+        self.limit = limit  # the largest request message taken, in bytes
+        self.connections: set[GrpcConnection] = set()
+        self.closing = False
+        self._listener: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def listen(self, host: str, port: int, tls: TlsConfig | None) -> None:
+        context = None
+        if tls is not None:
+            context = tls.ssl_context()
+            context.set_alpn_protocols(["h2"])
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(lambda: GrpcConnection(self), host, port,
+                                                  ssl=context)
+        sockets = self._listener.sockets
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def close(self, grace: float) -> None:
+        """Refuse new calls (GOAWAY on every connection), give those in progress `grace`
+        seconds, then cancel them; open streams read no more requests."""
+        self.closing = True
+        if self._listener is not None:
+            self._listener.close()
+        if self._servicer is not None:
+            self._servicer.stop_streams()
+        for connection in list(self.connections):
+            connection.go_away()
+        tasks = [task for connection in self.connections for task in connection.tasks]
+        if tasks:
+            _, left = await asyncio.wait(tasks, timeout=grace)
+            for task in left:
+                task.cancel()
+            if left:
+                await asyncio.wait(left, timeout=1.0)
+        for connection in list(self.connections):
+            connection.shut()
+        deadline = asyncio.get_running_loop().time() + SHUT_WAIT_S + 0.1
+        while self.connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # the clients close their ends (SHUT_WAIT_S at most)
+        if self._listener is not None:
+            await self._listener.wait_closed()

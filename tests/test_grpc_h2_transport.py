@@ -1,0 +1,118 @@
+"""The gRPC transport on zttp (`--grpc-transport zttp`): what it adds to the servicer that
+test_grpc_frontend.py runs on both transports. Its request framing, compressed requests
+(gzip, deflate), unknown methods, and a client connection that outlives
+zttp's cap on streams per connection."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2 as pb
+
+from client_inputs import grpc_input
+from pbserve.server.grpc.h2.call import Compressed, Deframer, TooLarge, prefix
+from pbserve.server.grpc.h2.connection import STREAMS_PER_CONNECTION
+from pbserve.testing import running_server
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
+
+
+def framed(message: bytes) -> bytes:
+    return prefix(len(message)) + message
+
+
+# --- request framing ------------------------------------------------------------------
+
+def test_a_message_split_anywhere_comes_out_whole():
+    data = framed(b"first message") + framed(b"") + framed(bytes(range(256)) * 40)
+    for cut in (1, 3, 5, 6, 17, 20, len(data) - 1):
+        deframer = Deframer(1 << 20)
+        got = deframer.feed(data[:cut]) + deframer.feed(data[cut:])
+        assert got == [b"first message", b"", bytes(range(256)) * 40], cut
+
+
+def test_an_empty_message_at_the_end_of_a_chunk_is_not_held_back():
+    assert Deframer(10).feed(framed(b"ab") + framed(b"")) == [b"ab", b""]
+    assert Deframer(10).feed(framed(b"")) == [b""]
+
+
+def test_one_chunk_per_byte():
+    deframer = Deframer(100)
+    data = framed(b"abc") + framed(b"de")
+    got = [m for i in range(len(data)) for m in deframer.feed(data[i:i + 1])]
+    assert got == [b"abc", b"de"]
+
+
+def test_a_message_past_the_limit_is_refused_from_its_prefix():
+    deframer = Deframer(10)
+    with pytest.raises(TooLarge, match=r"Received message larger than max \(11 vs. 10\)"):
+        deframer.feed(prefix(11))  # before any of its body arrived
+
+
+@pytest.mark.parametrize("encoding, compress", [
+    ("gzip", gzip.compress), ("deflate", zlib.compress)])
+def test_compressed_messages_are_inflated_within_the_limit(encoding, compress):
+    body = compress(b"x" * 1000)
+    message = b"\x01" + len(body).to_bytes(4, "big") + body
+    assert Deframer(1000, encoding).feed(message) == [b"x" * 1000]
+    with pytest.raises(TooLarge, match=r"\(1000 vs. 999\)"):  # as it is inflated
+        Deframer(999, encoding).feed(message)
+
+
+def test_a_compressed_message_in_no_known_encoding_is_refused():
+    with pytest.raises(Compressed, match="grpc-encoding 'identity'"):
+        Deframer(100).feed(b"\x01" + (3).to_bytes(4, "big") + b"abc")
+    with pytest.raises(Compressed, match="does not inflate as gzip"):
+        Deframer(100, "gzip").feed(b"\x01" + (3).to_bytes(4, "big") + b"abc")
+
+
+# --- a real server --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("h2") / "server.log"
+    with running_server(EXAMPLES, log_path=log, args=[
+            "--grpc-transport", "zttp", "--model-control-mode", "explicit",
+            "--load-model", "identity"]) as srv:
+        yield srv
+
+
+def infer_once(client: grpcclient.InferenceServerClient, **kwargs) -> None:
+    data = np.arange(4, dtype=np.int32)
+    result = client.infer("identity", [grpc_input("INPUT_INT32", data)], **kwargs)
+    assert (result.as_numpy("OUTPUT_INT32") == data).all()
+
+
+def test_one_client_makes_more_calls_than_a_connection_carries(server):
+    """zttp refuses a connection's 4,097th stream; the server's GOAWAY before it moves
+    the client to a new connection without a failed call."""
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        for _ in range(STREAMS_PER_CONNECTION + 200):
+            assert client.is_server_live()
+        infer_once(client)
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_are_answered(server, algorithm):
+    data = np.zeros(64 * 1024, np.int32)  # compressible: the client does compress it
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        result = client.infer("identity", [grpc_input("INPUT_INT32", data)],
+                              compression_algorithm=algorithm)
+        assert (result.as_numpy("OUTPUT_INT32") == data).all()
+
+
+def test_an_unknown_method_is_unimplemented(server):
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/NoSuchMethod",
+                                   request_serializer=pb.ServerLiveRequest.SerializeToString,
+                                   response_deserializer=pb.ServerLiveResponse.FromString)
+        with pytest.raises(grpc.RpcError) as info:
+            call(pb.ServerLiveRequest(), timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "NoSuchMethod" in info.value.details()
