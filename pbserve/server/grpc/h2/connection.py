@@ -26,7 +26,6 @@ from pbserve.server.grpc.h2.call import (
     request_stream,
     status_trailers,
 )
-
 from pbserve.server.grpc.wire import ResponseParts
 
 if TYPE_CHECKING:
@@ -262,11 +261,14 @@ class GrpcConnection(asyncio.Protocol):
         """One message of a streaming response (CallContext.write); waits while the
         transport's buffer is full."""
         if not call.done:
-            stream = self._conn.stream(call.stream_id)
-            if not call.started:
-                stream.send_response(200, _HEADERS)
-                call.started = True
-            self._data(stream, payload)
+            try:
+                stream = self._conn.stream(call.stream_id)
+                if not call.started:
+                    stream.send_response(200, _HEADERS)
+                    call.started = True
+                self._data(stream, payload)
+            except zttp.ProtocolError:
+                self._forget(call)  # the stream is gone: the rest of the call is dropped
             self._flush()
         return self._writable.wait() if self._writable is not None else None
 
