@@ -1,6 +1,6 @@
 """Which HTTP/2 transport serves Triton's gRPC API fastest here? Bare echoes, one run.
 
-    pip install pyvoy granian grpclib hypercorn h2 'uvicorn>=0.54' zttp   # bench only
+    pip install pyvoy granian grpclib hypercorn h2 'uvicorn>=0.54'   # bench only (zttp: pbserve's)
     flock -x /tmp/pbserve-cpu.lock python bench/grpc_transports.py [--rounds 3]
         [--transports grpcio-aio,h2,...] [--rows 64B|16MiB|...]
     ... --no-smoke --baseline pbserve --transports pbserve,pbserve-pyvoy   # pbserve's core
