@@ -45,6 +45,7 @@ _NOT_METADATA = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encod
                            b"grpc-accept-encoding", b"host"))
 SHUT_WAIT_S = 1.0  # how long a half-closed connection waits for the client's close
 _SMALL = 64 * 1024  # a response up to this size is joined to its prefix: one send
+_CREDIT_NOW = 16 * 1024  # DATA from this size: flow-control credit is sent before it is read
 
 
 class _Call:
@@ -112,9 +113,14 @@ class GrpcConnection(asyncio.Protocol):
                 event = conn.next_event()
                 kind = type(event)
                 if kind is zttp.Data:
+                    data = event.data
+                    if len(data) >= _CREDIT_NOW:
+                        # Send the window credit zttp owes for it first: the client's next
+                        # frames are on their way while this one is copied.
+                        self._flush()
                     call = self._calls.get(event.stream_id)
                     if call is not None and not call.done:
-                        self._on_data(call, event.data)
+                        self._on_data(call, data)
                 elif kind is zttp.Request:
                     self._on_request(event)
                 elif kind is zttp.EndOfMessage:
