@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -45,6 +46,8 @@ _NOT_METADATA = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encod
                            b"grpc-accept-encoding", b"host"))
 SHUT_WAIT_S = 1.0  # how long a half-closed connection waits for the client's close
 _SMALL = 64 * 1024  # a response up to this size is joined to its prefix: one send
+_REFUSED = "the server is shutting down: it takes no new calls"
+_FAILED = object()  # a call's work ended it with an error status
 _CREDIT_NOW = 16 * 1024  # DATA from this size: flow-control credit is sent before it is read
 
 
@@ -52,7 +55,7 @@ class _Call:
     """One stream's call."""
 
     __slots__ = ("stream_id", "handler", "deframer", "messages", "queue", "task", "context",
-                 "started", "done")
+                 "started", "done", "half_closed")
 
     def __init__(self, stream_id: int, handler: Any, limit: int, encoding: str) -> None:
         self.stream_id = stream_id
@@ -64,6 +67,7 @@ class _Call:
         self.context: CallContext | None = None
         self.started = False  # response headers sent
         self.done = False  # answered, failed or reset: nothing more is sent
+        self.half_closed = False  # the client has sent all it will
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -74,6 +78,7 @@ class GrpcConnection(asyncio.Protocol):
         self._calls: dict[int, _Call] = {}
         self._opened = 0
         self._going_away = False
+        self._shut = False  # half-closed: nothing more is written
         self._writable: asyncio.Event | None = None  # set while the transport accepts
         self.transport: asyncio.Transport | None = None
 
@@ -83,9 +88,7 @@ class GrpcConnection(asyncio.Protocol):
         self._conn = zttp.Connection(zttp.SERVER, zttp.HTTP2)
         self._conn.initiate_connection()
         self._server.connections.add(self)
-        if self._server.closing:
-            self.go_away()
-        self._flush()
+        self._flush()  # the server's SETTINGS (and, if it is stopping, GOAWAY and close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -151,6 +154,9 @@ class GrpcConnection(asyncio.Protocol):
             self.go_away()
         path = request.path.decode("latin-1")
         handler = self._server.handlers.get(path)
+        if self._server.closing:  # a call sent before the client saw the GOAWAY (as grpcio)
+            self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, _REFUSED)
+            return
         if handler is None:
             self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED,
                                 f"Method not found: {path}")
@@ -190,6 +196,7 @@ class GrpcConnection(asyncio.Protocol):
             call.queue.put_nowait(deserialize(message) if deserialize else message)
 
     def _on_end(self, call: _Call) -> None:
+        call.half_closed = True
         if call.queue is not None:
             call.queue.put_nowait(None)  # the client half-closed
             return
@@ -209,28 +216,29 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- calls ------------------------------------------------------------------------
     async def _run_unary(self, call: _Call, body: bytes) -> None:
-        handler = call.handler
-        try:
-            request = handler.request_deserializer(body) if handler.request_deserializer \
-                else body
-            response = await handler.unary_unary(request, call.context)
-            payload = handler.response_serializer(response) if handler.response_serializer \
-                else response
-        except Abort as abort:
-            self._end(call, abort.code, abort.details)
-        except asyncio.CancelledError:
-            self._end(call, grpc.StatusCode.CANCELLED, "Cancelled")
-            raise
-        except Exception as exc:  # noqa: BLE001 - as grpcio: the call ends UNKNOWN
-            log.error("gRPC call failed", exc_info=exc)
-            self._end(call, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
-        else:
+        payload = await self._guarded(call, self._unary(call, body))
+        if payload is not _FAILED:
             self._answer(call, payload)
 
     async def _run_streaming(self, call: _Call) -> None:
         assert call.queue is not None and call.context is not None
+        work = call.handler.stream_stream(request_stream(call.queue), call.context)
+        if await self._guarded(call, work) is not _FAILED:
+            self._end(call, call.context.code, call.context.details)
+
+    @staticmethod
+    async def _unary(call: _Call, body: bytes) -> Any:
+        handler = call.handler
+        deserialize, serialize = handler.request_deserializer, handler.response_serializer
+        response = await handler.unary_unary(deserialize(body) if deserialize else body,
+                                             call.context)
+        return serialize(response) if serialize else response
+
+    async def _guarded(self, call: _Call, work: Awaitable[Any]) -> Any:
+        """What `work` returns, or _FAILED once the call has ended with the status of
+        what it raised (as grpcio: an abort's, CANCELLED, UNKNOWN for the unexpected)."""
         try:
-            await call.handler.stream_stream(request_stream(call.queue), call.context)
+            return await work
         except Abort as abort:
             self._end(call, abort.code, abort.details)
         except asyncio.CancelledError:
@@ -239,8 +247,7 @@ class GrpcConnection(asyncio.Protocol):
         except Exception as exc:  # noqa: BLE001 - as grpcio: the call ends UNKNOWN
             log.error("gRPC call failed", exc_info=exc)
             self._end(call, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
-        else:
-            self._end(call, call.context.code, call.context.details)
+        return _FAILED
 
     def _answer(self, call: _Call, payload: bytes | ResponseParts) -> None:
         """A unary call's response and its OK status, in one write."""
@@ -289,22 +296,24 @@ class GrpcConnection(asyncio.Protocol):
                 stream.end_message(trailers)
             else:
                 stream.send_response(200, _HEADERS + trailers, end_stream=True)
+            if not call.half_closed:
+                # The answer is complete while the client could still send (a stream it
+                # kept open): close the stream both ways (RST_STREAM NO_ERROR, as grpc's
+                # servers do), so that no later end of the connection overrides the
+                # status the client has.
+                stream.reset(0)
         except zttp.ProtocolError:
             pass  # the stream is gone (the connection failed)
         self._forget(call)
         self._flush()
 
     def _refuse(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
-        """End a call whose request cannot be taken, and stop the client's sending."""
+        """End a call whose request cannot be taken (the client, if still sending, is
+        told to stop: _end resets the stream)."""
         task = call.task
         self._end(call, code, details)
         if task is not None:
             task.cancel()
-        try:
-            self._conn.stream(call.stream_id).reset(0)  # NO_ERROR: the answer is final
-        except zttp.ProtocolError:
-            pass  # the client had finished sending: the stream is closed
-        self._flush()
 
     def _trailers_only(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
         self._conn.stream(stream_id).send_response(
@@ -324,13 +333,13 @@ class GrpcConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or self._shut or transport.is_closing():
             return
         out = self._conn.data_to_send()
         if out:
             transport.write(out)
-        if self._going_away and not self._calls and self._server.closing:
-            self.shut()  # the server stops and its last call here has ended
+        if self._server.closing and not self._calls:
+            self.close_idle()
 
     # -- shutdown ---------------------------------------------------------------------
     def go_away(self) -> None:
@@ -340,13 +349,31 @@ class GrpcConnection(asyncio.Protocol):
             self._conn.close(0, _LAST_STREAM)
             self._flush()
 
+    def close_idle(self) -> None:
+        """The server stops: once no call runs here, GOAWAY (naming the last stream
+        taken) and close. Until then the calls finish undisturbed: a GOAWAY while a
+        stream still has its trailers to come made grpc's client lose them now and then."""
+        if self._calls or self.transport is None or self._shut \
+                or self.transport.is_closing():
+            return
+        self._going_away = True
+        try:
+            self._conn.close(0)
+        except zttp.ProtocolError:
+            pass  # the connection failed: nothing to say
+        out = self._conn.data_to_send()
+        if out:
+            self.transport.write(out)
+        self.shut()
+
     def shut(self) -> None:
         """Close after what was written: half-close (FIN) and let the client close its
         end. Closing at once could reset the connection (the client's late frames
         unread) and lose the last trailers the client has not read yet."""
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or self._shut or transport.is_closing():
             return
+        self._shut = True
         if transport.can_write_eof():
             try:
                 transport.write_eof()

@@ -62,15 +62,16 @@ class H2GrpcServer:
         self.port = sockets[0].getsockname()[1] if sockets else port
 
     async def close(self, grace: float) -> None:
-        """Refuse new calls (GOAWAY on every connection), give those in progress `grace`
-        seconds, then cancel them; open streams read no more requests."""
+        """Refuse new calls, give those in progress `grace` seconds, then cancel them;
+        open streams read no more requests. Each connection is closed (GOAWAY, then a
+        half-close) as soon as no call runs on it."""
         self.closing = True
         if self._listener is not None:
             self._listener.close()
         if self._servicer is not None:
             self._servicer.stop_streams()
         for connection in list(self.connections):
-            connection.go_away()
+            connection.close_idle()
         tasks = [task for connection in self.connections for task in connection.tasks]
         if tasks:
             _, left = await asyncio.wait(tasks, timeout=grace)
@@ -79,9 +80,12 @@ class H2GrpcServer:
             if left:
                 await asyncio.wait(left, timeout=1.0)
         for connection in list(self.connections):
-            connection.shut()
+            connection.close_idle()
         deadline = asyncio.get_running_loop().time() + SHUT_WAIT_S + 0.1
         while self.connections and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # the clients close their ends (SHUT_WAIT_S at most)
+        for connection in list(self.connections):  # a call that would not end
+            if connection.transport is not None:
+                connection.transport.close()
         if self._listener is not None:
             await self._listener.wait_closed()
