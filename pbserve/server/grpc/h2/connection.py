@@ -79,7 +79,7 @@ class GrpcConnection(asyncio.Protocol):
         self._opened = 0
         self._going_away = False
         self._shut = False  # half-closed: nothing more is written
-        self._writable: asyncio.Event | None = None  # set while the transport accepts
+        self._writable: asyncio.Event | None = None  # while the write buffer is full
         self.transport: asyncio.Transport | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------

@@ -7,15 +7,12 @@ thread. Why it exists and what it gives: docs/performance.md ("gRPC transport").
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from pbserve.server.grpc.h2.connection import SHUT_WAIT_S, GrpcConnection
 from pbserve.server.grpc.handlers import SERVICE, method_handlers
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
-
-log = logging.getLogger("pbserve.grpc")
 
 
 class _PartsServicer:
