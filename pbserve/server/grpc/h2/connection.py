@@ -154,11 +154,11 @@ class GrpcConnection(asyncio.Protocol):
             self.go_away()
         path = request.path.decode("latin-1")
         handler = self._server.handlers.get(path)
-        if self._server.closing:  # a call sent before the client saw the GOAWAY (as grpcio)
-            self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, _REFUSED)
+        if self._server.closing:  # a call sent before the client saw the GOAWAY
+            self._trailers_only(request, grpc.StatusCode.UNAVAILABLE, _REFUSED)
             return
         if handler is None:
-            self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED,
+            self._trailers_only(request, grpc.StatusCode.UNIMPLEMENTED,
                                 f"Method not found: {path}")
             return
         encoding = "identity"
@@ -315,9 +315,13 @@ class GrpcConnection(asyncio.Protocol):
         if task is not None:
             task.cancel()
 
-    def _trailers_only(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
-        self._conn.stream(stream_id).send_response(
-            200, _HEADERS + status_trailers(code, details), end_stream=True)
+    def _trailers_only(self, request: zttp.Request, code: grpc.StatusCode,
+                       details: str) -> None:
+        """Refuse a call at its headers (and stop the client's sending, if any)."""
+        stream = self._conn.stream(request.stream_id)
+        stream.send_response(200, _HEADERS + status_trailers(code, details), end_stream=True)
+        if not request.end_stream:
+            stream.reset(0)
 
     def _forget(self, call: _Call) -> None:
         call.done = True
