@@ -1,5 +1,5 @@
-"""One gRPC call on an HTTP/2 stream: its request messages (length-prefixed, RFC-style
-gRPC framing) in, and the part of grpc.aio.ServicerContext that pbserve's servicer uses.
+"""One gRPC call on an HTTP/2 stream: its request messages in (gRPC's length-prefixed
+framing), and the part of grpc.aio.ServicerContext that pbserve's servicer uses.
 
 The servicer (grpc/service.py, grpc/stream.py) was written against grpc.aio; this
 context gives it the same surface (`abort`, `invocation_metadata`, `set_code`,
