@@ -68,8 +68,8 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
     --grpc-restricted-protocol closes; `transport`: one of TRANSPORTS); raises OSError
     when the address cannot be bound."""
     limit = min(2 * max_input_size, MAX_MESSAGE_BYTES)
+    servicer = InferenceServicer(core)
     if transport == "zttp":
-        servicer = InferenceServicer(core)
         h2 = H2GrpcServer(servicer, h2_handlers(servicer, restricted), limit)
         await h2.listen(host, port, tls)
         log.info("gRPC server (zttp) listening on %s", _target(host, h2.port))
@@ -80,7 +80,6 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
     ])
-    servicer = InferenceServicer(core)
     add_service(server, servicer, servicer.errors, restricted)
     target = _target(host, port)
     try:

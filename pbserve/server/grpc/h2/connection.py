@@ -70,6 +70,21 @@ class _Call:
         self.half_closed = False  # the client has sent all it will
 
 
+def _close(stream: zttp.Stream, trailers: list[tuple[bytes, bytes]], started: bool,
+           half_closed: bool) -> None:
+    """End a stream's response with its status: the trailers (the whole response,
+    trailers only, when nothing was sent). If the client could still send (a stream it
+    kept open, a request refused before its end), close the stream both ways too
+    (RST_STREAM NO_ERROR, as grpc's servers do), so that no later end of the connection
+    overrides the status the client has."""
+    if started:
+        stream.end_message(trailers)
+    else:
+        stream.send_response(200, _HEADERS + trailers, end_stream=True)
+    if not half_closed:
+        stream.reset(0)
+
+
 class GrpcConnection(asyncio.Protocol):
     """An HTTP/2 connection serving GRPCInferenceService."""
 
@@ -289,19 +304,9 @@ class GrpcConnection(asyncio.Protocol):
         """End the call with a status (trailers; trailers only when nothing was sent)."""
         if call.done:
             return
-        trailers = status_trailers(code, details)
         try:
-            stream = self._conn.stream(call.stream_id)
-            if call.started:
-                stream.end_message(trailers)
-            else:
-                stream.send_response(200, _HEADERS + trailers, end_stream=True)
-            if not call.half_closed:
-                # The answer is complete while the client could still send (a stream it
-                # kept open): close the stream both ways (RST_STREAM NO_ERROR, as grpc's
-                # servers do), so that no later end of the connection overrides the
-                # status the client has.
-                stream.reset(0)
+            _close(self._conn.stream(call.stream_id), status_trailers(code, details),
+                   call.started, call.half_closed)
         except zttp.ProtocolError:
             pass  # the stream is gone (the connection failed)
         self._forget(call)
@@ -318,10 +323,8 @@ class GrpcConnection(asyncio.Protocol):
     def _trailers_only(self, request: zttp.Request, code: grpc.StatusCode,
                        details: str) -> None:
         """Refuse a call at its headers (and stop the client's sending, if any)."""
-        stream = self._conn.stream(request.stream_id)
-        stream.send_response(200, _HEADERS + status_trailers(code, details), end_stream=True)
-        if not request.end_stream:
-            stream.reset(0)
+        _close(self._conn.stream(request.stream_id), status_trailers(code, details),
+               started=False, half_closed=request.end_stream)
 
     def _forget(self, call: _Call) -> None:
         call.done = True
