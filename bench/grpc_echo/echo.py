@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -96,7 +97,8 @@ class Refused(Exception):
         """grpc-status and the percent-encoded grpc-message, as the spec writes them."""
         message = "".join(c if " " <= c <= "~" and c != "%" else
                           "".join(f"%{b:02X}" for b in c.encode()) for c in self.message)
-        return [(b"grpc-status", str(self.status).encode()), (b"grpc-message", message.encode())]
+        status = [(b"grpc-status", str(self.status).encode())]
+        return status + [(b"grpc-message", message.encode())] if message else status
 
 
 def record(event: str) -> None:
@@ -152,6 +154,31 @@ def handler_for_path(path: str) -> Callable[[bytes], bytes] | None:
     if not path.startswith(PREFIX):
         return None
     return unary_handler(path[len(PREFIX):])
+
+
+def answer_unary(path: str, requests: list[bytes]) -> bytes:
+    """A unary call's answer from the request messages its stream carried; Refused
+    (UNIMPLEMENTED) for an unknown method or other than one message, Wait for the
+    cancellation probe."""
+    fn = handler_for_path(path)
+    if fn is None or len(requests) != 1:
+        raise Refused(12, "")
+    return fn(requests[0])
+
+
+def take(call: Any, data: bytes, send: Callable[[bytes], None]) -> None:
+    """A call's DATA (for the HTTP/2 servers on h2 and zttp): each whole message of a
+    stream is answered at once through `send` (the cancellation probe gets no answer:
+    `call.waiting`), a unary call's messages are kept in `call.requests` for its end."""
+    messages = call.deframer.feed(data)
+    if not call.streaming:
+        call.requests.extend(messages)
+        return
+    for body in messages:
+        try:
+            send(stream_infer(body))
+        except Wait:
+            call.waiting = True
 
 
 UNARY_METHODS = ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata",

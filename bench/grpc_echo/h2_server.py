@@ -4,6 +4,7 @@ streams to the echo, minds flow control and writes trailers)."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
@@ -23,7 +24,6 @@ from grpc_echo.framing import Deframer, frame
 _WINDOW = 2**31 - 1
 _HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 _OK = [(b"grpc-status", b"0")]
-_UNIMPLEMENTED = [(b"grpc-status", b"12")]
 
 
 class _Call:
@@ -62,7 +62,7 @@ class EchoProtocol(asyncio.Protocol):
                 conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 call = self.calls.get(event.stream_id)
                 if call is not None:
-                    self._on_data(event.stream_id, call, event.data)
+                    echo.take(call, event.data, partial(self._send, event.stream_id, call))
             elif isinstance(event, RequestReceived):
                 path = dict(event.headers)[b":path"].decode()
                 self.calls[event.stream_id] = _Call(path)
@@ -81,31 +81,13 @@ class EchoProtocol(asyncio.Protocol):
                 return
         self.transport.write(conn.data_to_send())
 
-    def _on_data(self, stream_id: int, call: _Call, data: bytes) -> None:
-        messages = call.deframer.feed(data)
-        if call.streaming:
-            for body in messages:
-                try:
-                    self._send(stream_id, call, echo.stream_infer(body))
-                except echo.Wait:
-                    call.waiting = True
-        else:
-            call.requests.extend(messages)  # answered at the end of the stream
-
     def _on_end(self, stream_id: int, call: _Call) -> None:
         if call.streaming:
             call.done = True
             self._flush(stream_id)
             return
-        fn = echo.handler_for_path(call.path)
-        requests = call.requests
-        if fn is None or len(requests) != 1:
-            self.conn.send_headers(stream_id, _HEADERS)
-            self.conn.send_headers(stream_id, _UNIMPLEMENTED, end_stream=True)
-            del self.calls[stream_id]
-            return
         try:
-            answer = fn(requests[0])
+            answer = echo.answer_unary(call.path, call.requests)
         except echo.Wait:
             call.waiting = True
             return

@@ -4,6 +4,7 @@ flow control and pings; this file only maps streams to the echo and writes trail
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import zttp
 
@@ -12,7 +13,6 @@ from grpc_echo.framing import Deframer, frame
 
 _HEADERS = [(b"content-type", b"application/grpc")]
 _OK = [(b"grpc-status", b"0")]
-_UNIMPLEMENTED = [(b"grpc-status", b"12")]
 # zttp lets a peer open at most 4,096 streams on one connection (its cap against rapid
 # reset floods, CVE-2023-44487, not configurable): well before that the server says a
 # graceful GOAWAY, so the client moves on to a new connection.
@@ -54,7 +54,7 @@ class EchoProtocol(asyncio.Protocol):
             if kind is zttp.Data:
                 call = self.calls.get(event.stream_id)
                 if call is not None:
-                    self._on_data(event.stream_id, call, event.data)
+                    echo.take(call, event.data, partial(self._send, event.stream_id, call))
             elif kind is zttp.Request:
                 call = self.calls[event.stream_id] = _Call(event.path.decode())
                 self.opened += 1
@@ -86,17 +86,6 @@ class EchoProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.calls.clear()
 
-    def _on_data(self, stream_id: int, call: _Call, data: bytes) -> None:
-        messages = call.deframer.feed(data)
-        if call.streaming:
-            for body in messages:
-                try:
-                    self._send(stream_id, call, echo.stream_infer(body))
-                except echo.Wait:
-                    call.waiting = True
-        else:
-            call.requests.extend(messages)  # answered at the end of the stream
-
     def _on_end(self, stream_id: int, call: _Call) -> None:
         stream = self.conn.stream(stream_id)
         if call.streaming:
@@ -104,15 +93,8 @@ class EchoProtocol(asyncio.Protocol):
             stream.end_message(_OK)
             del self.calls[stream_id]
             return
-        fn = echo.handler_for_path(call.path)
-        requests = call.requests
-        if fn is None or len(requests) != 1:
-            self._start(stream, call)
-            stream.end_message(_UNIMPLEMENTED)
-            del self.calls[stream_id]
-            return
         try:
-            answer = fn(requests[0])
+            answer = echo.answer_unary(call.path, call.requests)
         except echo.Wait:
             call.waiting = True
             return
