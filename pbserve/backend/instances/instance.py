@@ -121,7 +121,7 @@ class ModelInstance:
         self._loop = asyncio.get_running_loop()
         self._running = running or RunningInstances()
         self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
-        self._announced_ns = 0  # when the stub was last told a request is coming
+        self._announced_ns = -(2**62)  # when the stub was last told a request is coming (never)
         self._batch_sent_ns = 0
 
     def set_on_idle(self, on_idle: Callable[["ModelInstance"], None],
@@ -208,9 +208,15 @@ class ModelInstance:
         SERVER_LOG.attach(self)
 
     def apply_log_settings(self, settings: LogSettings) -> None:
-        """The server's log settings changed: the stub filters its Logger lines anew."""
+        """The server's log settings changed: the stub filters its Logger lines anew.
+        On the control queue, so that an `execute` running now (or a model's thread)
+        logs by them at once, and on the main queue too, so that every request sent
+        after this call is run with them (the control thread may read its queue after
+        the main loop has taken the next request)."""
         if self._stub is not None and self._stub.alive():
-            self._stub.send_control((p.LOG_SETTINGS, *settings.stub_message_fields()))
+            message = (p.LOG_SETTINGS, *settings.stub_message_fields())
+            self._stub.send_control(message)
+            self._stub.send(message)
 
     async def auto_complete(self, config_json: str) -> str | None:
         """Run the model's `auto_complete_config` in this (launched) stub; the completed
