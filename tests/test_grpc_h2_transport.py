@@ -1,23 +1,27 @@
 """The gRPC transport on zttp (`--grpc-transport zttp`): what it adds to the servicer that
 test_grpc_frontend.py runs on both transports. Its request framing, compressed requests
 (gzip, deflate), unknown methods, and a client connection that outlives
-zttp's cap on streams per connection."""
+zttp's cap on streams per connection, and the receive window it offers."""
 
 from __future__ import annotations
 
 import gzip
+import socket
+import struct
 import zlib
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+import zttp
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 
 from client_inputs import grpc_input
 from pbserve.server.grpc.h2.call import Compressed, Deframer, TooLarge, prefix
 from pbserve.server.grpc.h2.connection import STREAMS_PER_CONNECTION
+from pbserve.server.grpc.h2.window import RECEIVE_WINDOW, window_frames
 from pbserve.testing import running_server
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
@@ -72,6 +76,49 @@ def test_a_compressed_message_in_no_known_encoding_is_refused():
         Deframer(100, "gzip").feed(b"\x01" + (3).to_bytes(4, "big") + b"abc")
 
 
+# --- the receive window -------------------------------------------------------------
+
+def test_the_window_frames_raise_a_zttp_clients_send_windows():
+    """A client (zttp's own, here) that reads the server's preface and the window frames
+    may send RECEIVE_WINDOW bytes on the connection and on each stream."""
+    server = zttp.Connection(zttp.SERVER, zttp.HTTP2)
+    server.initiate_connection()
+    client = zttp.Connection(zttp.CLIENT, zttp.HTTP2)
+    client.initiate_connection()
+    client.receive_data(server.data_to_send() + window_frames())
+    while client.next_event() is not zttp.NEED_DATA:
+        pass
+    stream = client.send_request(b"POST", b"/inference.GRPCInferenceService/ModelInfer",
+                                 b"HTTP/2", [(b"content-type", b"application/grpc")])
+    assert client.send_window == RECEIVE_WINDOW
+    assert stream.send_window == RECEIVE_WINDOW
+
+
+@pytest.mark.parametrize("size", [65_534, 2**31])
+def test_a_window_outside_http2s_bounds_is_refused(size):
+    with pytest.raises(ValueError, match="window"):
+        window_frames(size)
+
+
+def _frames(sock: socket.socket, until: float) -> list[tuple[int, int, bytes]]:
+    """(type, stream, payload) of the frames a server sends until `until` seconds of
+    silence."""
+    sock.settimeout(until)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pass
+    frames = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        kind, stream = data[3], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+        frames.append((kind, stream, data[9:9 + length]))
+        data = data[9 + length:]
+    return frames
+
+
 # --- a real server --------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -87,6 +134,34 @@ def infer_once(client: grpcclient.InferenceServerClient, **kwargs) -> None:
     data = np.arange(4, dtype=np.int32)
     result = client.infer("identity", [grpc_input("INPUT_INT32", data)], **kwargs)
     assert (result.as_numpy("OUTPUT_INT32") == data).all()
+
+
+def test_a_new_connection_is_offered_the_larger_window(server):
+    """On the wire: SETTINGS_INITIAL_WINDOW_SIZE and the connection's WINDOW_UPDATE
+    raise both windows to RECEIVE_WINDOW (the client's own preface first)."""
+    host, port = server.grpc_url.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        empty_settings = bytes([0, 0, 0, 0x4, 0, 0, 0, 0, 0])
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + empty_settings)
+        frames = _frames(sock, 0.5)
+    settings = {}
+    for kind, stream, payload in frames:
+        if kind == 0x4 and stream == 0:
+            for at in range(0, len(payload), 6):
+                key, value = struct.unpack(">HI", payload[at:at + 6])
+                settings[key] = value
+    updates = sum(int.from_bytes(p, "big") for k, s, p in frames if k == 0x8 and s == 0)
+    assert settings.get(0x4) == RECEIVE_WINDOW
+    assert 65_535 + updates == RECEIVE_WINDOW
+
+
+def test_a_large_request_crosses_the_larger_window(server):
+    """A client sends 16 MiB without waiting for credit: zttp takes DATA past the
+    window it advertised itself, and the answer is whole."""
+    data = np.arange(4 * 1024 * 1024, dtype=np.int32)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        result = client.infer("identity", [grpc_input("INPUT_INT32", data)])
+        assert (result.as_numpy("OUTPUT_INT32") == data).all()
 
 
 def test_one_client_makes_more_calls_than_a_connection_carries(server):

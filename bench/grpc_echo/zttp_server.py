@@ -10,6 +10,7 @@ import zttp
 
 from grpc_echo import echo
 from grpc_echo.framing import Deframer, frame
+from pbserve.server.grpc.h2.window import window_frames
 
 _HEADERS = [(b"content-type", b"application/grpc")]
 _OK = [(b"grpc-status", b"0")]
@@ -43,7 +44,9 @@ class EchoProtocol(asyncio.Protocol):
         self.calls: dict[int, _Call] = {}
         self.opened = 0
         self.going_away = False
-        transport.write(self.conn.data_to_send())
+        # the receive window pbserve offers (pbserve/server/grpc/h2/window.py): the bare
+        # transport's figure is zttp's as pbserve drives it
+        transport.write(self.conn.data_to_send() + window_frames())
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn

@@ -27,6 +27,7 @@ from pbserve.server.grpc.h2.call import (
     request_stream,
     status_trailers,
 )
+from pbserve.server.grpc.h2.window import window_frames
 from pbserve.server.grpc.wire import ResponseParts
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ SHUT_WAIT_S = 1.0  # how long a half-closed connection waits for the client's cl
 _SMALL = 64 * 1024  # a response up to this size is joined to its prefix: one send
 _REFUSED = "the server is shutting down: it takes no new calls"
 _FAILED = object()  # a call's work ended it with an error status
-_CREDIT_NOW = 16 * 1024  # DATA from this size: flow-control credit is sent before it is read
+_WINDOW_FRAMES = window_frames()
 
 
 class _Call:
@@ -102,8 +103,10 @@ class GrpcConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment] - uvloop's is no subclass
         self._conn = zttp.Connection(zttp.SERVER, zttp.HTTP2)
         self._conn.initiate_connection()
+        # the server's SETTINGS, then the larger receive windows (window.py)
+        transport.write(self._conn.data_to_send() + _WINDOW_FRAMES)
         self._server.connections.add(self)
-        self._flush()  # the server's SETTINGS (and, if it is stopping, GOAWAY and close)
+        self._flush()  # if the server is stopping: GOAWAY and close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -131,14 +134,9 @@ class GrpcConnection(asyncio.Protocol):
                 event = conn.next_event()
                 kind = type(event)
                 if kind is zttp.Data:
-                    data = event.data
-                    if len(data) >= _CREDIT_NOW:
-                        # Send the window credit zttp owes for it first: the client's next
-                        # frames are on their way while this one is copied.
-                        self._flush()
                     call = self._calls.get(event.stream_id)
                     if call is not None and not call.done:
-                        self._on_data(call, data)
+                        self._on_data(call, event.data)
                 elif kind is zttp.Request:
                     self._on_request(event)
                 elif kind is zttp.EndOfMessage:
