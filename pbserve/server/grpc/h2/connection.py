@@ -50,6 +50,7 @@ _SMALL = 64 * 1024  # a response up to this size is joined to its prefix: one se
 _REFUSED = "the server is shutting down: it takes no new calls"
 _FAILED = object()  # a call's work ended it with an error status
 _WINDOW_FRAMES = window_frames()
+_PIECE = 1 << 20  # a response's buffer larger than this goes out in pieces of this size
 
 
 class _Call:
@@ -271,7 +272,10 @@ class GrpcConnection(asyncio.Protocol):
                 if type(payload) is ResponseParts:
                     stream.send_data(prefix(payload.size))
                     for part in payload.parts:  # zttp copies each (from shm, for outputs)
-                        stream.send_data(part)
+                        if len(part) <= _PIECE:
+                            stream.send_data(part)
+                        else:
+                            self._send_in_pieces(stream, part)
                 else:
                     self._data(stream, payload)
                 stream.end_message(_OK)
@@ -282,6 +286,14 @@ class GrpcConnection(asyncio.Protocol):
                 payload.release()
         self._forget(call)
         self._flush()
+
+    def _send_in_pieces(self, stream: zttp.Stream, data: Any) -> None:
+        """A large buffer handed to zttp and written out a piece at a time, so that the
+        client reads the first while the server still copies the rest."""
+        view = memoryview(data)
+        for at in range(0, len(view), _PIECE):
+            stream.send_data(view[at:at + _PIECE])
+            self._flush()
 
     def _send_message(self, call: _Call, payload: bytes) -> Any:
         """One message of a streaming response (CallContext.write); waits while the
