@@ -42,8 +42,9 @@ SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reas
 FORGET_REGION = 10  # control queue: (FORGET_REGION, token): a client region was
 #   unregistered; unmap the window of that token (shm/client_region.py) if mapped
 IS_READY = 11     # control queue: (IS_READY,): run the model's `is_ready()`, answer READINESS
-LOG_SETTINGS = 20  # (LOG_SETTINGS, verbose_level, info, warning, error): main queue at
-#   start, control queue on a change (stub/log_levels.py)
+LOG_SETTINGS = 20  # (LOG_SETTINGS, generation, verbose_level, info, warning, error): main
+#   queue at start; on a change control queue, and main queue too when nothing waits there
+#   (stub/log_levels.py: an older generation than the one applied is ignored)
 FORGET_REGIONS = 12  # control queue: (FORGET_REGIONS, names): regions of the parent's or
 #   another stub's pool that their owner gave back (Pool.trim); unmap them if mapped
 TRIM = 13         # control queue: (TRIM,): /dev/shm is short; give back every empty region

@@ -68,6 +68,21 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
+def test_every_request_sent_after_a_change_runs_with_it(log_file: Path, repo: Path) -> None:
+    """The change reaches an idle stub ahead of the next request (its main queue), not
+    only on the control queue, which its control thread may read after the main loop
+    has taken that request: verbose lines appear exactly for the requests sent while
+    verbose logging was on."""
+    with running_server(repo, args=["--log-file", str(log_file)]) as server:
+        client = server.http_client()
+        for i in range(60):
+            client.update_log_settings({"log_verbose_level": i % 2})
+            _infer(client, f"turn{i}.")
+        _wait_lines("info turn59.", log_file)
+        verbose = {i for i in range(60) if _lines_with(f"verbose turn{i}.", log_file)}
+        assert verbose == set(range(1, 60, 2))
+
+
 def test_http_settings_follow_into_parent_and_stubs(log_file: Path, repo: Path) -> None:
     with running_server(repo, args=["--log-file", str(log_file)]) as server:
         client = server.http_client()

@@ -30,9 +30,22 @@ def test_settings_decide_which_levels_are_sent(monkeypatch):
     monkeypatch.setenv("PBSERVE_LOG_VERBOSE", "0")
     stub = _Stub()
     assert _levels_sent(stub) == [LogLevel.INFO, LogLevel.WARNING, LogLevel.ERROR]
-    stub.log_levels.update(1, True, True, True)
+    stub.log_levels.update(1, 1, True, True, True)
     assert _levels_sent(stub) == list(LogLevel)
-    stub.log_levels.update(0, False, True, False)
+    stub.log_levels.update(2, 0, False, True, False)
+    assert _levels_sent(stub) == [LogLevel.WARNING]
+
+
+def test_a_copy_older_than_the_settings_applied_is_ignored(monkeypatch):
+    """A change comes on both queues, in either order: the later copy of an older change
+    must not undo a newer one."""
+    monkeypatch.setenv("PBSERVE_LOG_VERBOSE", "0")
+    stub = _Stub()
+    stub.log_levels.update(1, 1, True, True, True)
+    stub.log_levels.update(2, 0, False, True, False)
+    stub.log_levels.update(1, 1, True, True, True)  # change 1's other copy, late
+    assert _levels_sent(stub) == [LogLevel.WARNING]
+    stub.log_levels.update(2, 0, False, True, False)  # change 2's other copy: the same
     assert _levels_sent(stub) == [LogLevel.WARNING]
 
 

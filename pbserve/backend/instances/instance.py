@@ -210,13 +210,13 @@ class ModelInstance:
     def apply_log_settings(self, settings: LogSettings) -> None:
         """The server's log settings changed: the stub filters its Logger lines anew.
         On the control queue, so that an `execute` running now (or a model's thread)
-        logs by them at once, and on the main queue too, so that every request sent
-        after this call is run with them (the control thread may read its queue after
-        the main loop has taken the next request)."""
+        logs by them at once, and on the main queue too when nothing waits there (an
+        idle stub), so that the requests sent after this call run with them: the control
+        thread may read its queue after the main loop has taken the next request."""
         if self._stub is not None and self._stub.alive():
             message = (p.LOG_SETTINGS, *settings.stub_message_fields())
             self._stub.send_control(message)
-            self._stub.send(message)
+            self._stub.offer(message)
 
     async def auto_complete(self, config_json: str) -> str | None:
         """Run the model's `auto_complete_config` in this (launched) stub; the completed

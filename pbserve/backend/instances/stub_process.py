@@ -30,7 +30,7 @@ from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
 from shm.pool import ShmSizes
-from shm.queue import MessageQueue
+from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
 from stub.stub import queue_names
 
@@ -135,6 +135,18 @@ class StubProcess:
     # -- sending ----------------------------------------------------------------------
     def send(self, message: tuple) -> None:
         self.main_q.put(p.encode(message))
+
+    def offer(self, message: tuple) -> bool:
+        """`message` on the main queue only if nothing waits there (so a stub that does
+        not read its queue gets one such message, not a queue full, and never blocks
+        the parent's loop); whether it was put."""
+        if self.main_q.pending():
+            return False
+        try:
+            self.main_q.put(p.encode(message), timeout=0)
+        except QueueFull:
+            return False
+        return True
 
     def announce(self) -> None:
         """Tell the stub a request is on its way: it wakes and polls for it

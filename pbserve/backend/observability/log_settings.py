@@ -13,7 +13,7 @@ import os
 import sys
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pbserve.errors import ErrorCode, ServerError
@@ -33,15 +33,17 @@ class LogSettings:
     log_error: bool = True
     log_verbose_level: int = 0
     log_format: str = "default"
+    generation: int = field(default=0, compare=False)  # changes so far (stubs: which is newer)
 
     def as_dict(self) -> dict[str, Any]:
         return {"log_file": self.log_file, "log_info": self.log_info,
                 "log_warning": self.log_warning, "log_error": self.log_error,
                 "log_verbose_level": self.log_verbose_level, "log_format": self.log_format}
 
-    def stub_message_fields(self) -> tuple[int, bool, bool, bool]:
-        """What a stub needs: (verbose level, info, warning, error)."""
-        return (self.log_verbose_level, self.log_info, self.log_warning, self.log_error)
+    def stub_message_fields(self) -> tuple[int, int, bool, bool, bool]:
+        """What a stub needs: (generation, verbose level, info, warning, error)."""
+        return (self.generation, self.log_verbose_level, self.log_info, self.log_warning,
+                self.log_error)
 
 
 class LogListener(Protocol):
@@ -138,6 +140,7 @@ class ServerLog:
                 if name in changes:
                     _set(self.settings, name, changes[name])
         finally:
+            self.settings.generation += 1
             self._apply_level()
             for listener in list(self._listeners):
                 listener.apply_log_settings(self.settings)
