@@ -100,22 +100,23 @@ def test_a_window_outside_http2s_bounds_is_refused(size):
         window_frames(size)
 
 
-def _frames(sock: socket.socket, until: float) -> list[tuple[int, int, bytes]]:
-    """(type, stream, payload) of the frames a server sends until `until` seconds of
-    silence."""
-    sock.settimeout(until)
-    data = b""
+def _frames(sock: socket.socket) -> list[tuple[int, int, bytes]]:
+    """(type, stream, payload) of the frames a server sends, up to and with its first
+    WINDOW_UPDATE on stream 0 (or what came within 10 s)."""
+    sock.settimeout(10)
+    data, frames = b"", []
     try:
         while chunk := sock.recv(65536):
             data += chunk
+            while len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[:3], "big"):
+                length = int.from_bytes(data[:3], "big")
+                kind, stream = data[3], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+                frames.append((kind, stream, data[9:9 + length]))
+                data = data[9 + length:]
+                if kind == 0x8 and stream == 0:
+                    return frames
     except TimeoutError:
         pass
-    frames = []
-    while len(data) >= 9:
-        length = int.from_bytes(data[:3], "big")
-        kind, stream = data[3], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
-        frames.append((kind, stream, data[9:9 + length]))
-        data = data[9 + length:]
     return frames
 
 
@@ -143,7 +144,7 @@ def test_a_new_connection_is_offered_the_larger_window(server):
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         empty_settings = bytes([0, 0, 0, 0x4, 0, 0, 0, 0, 0])
         sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + empty_settings)
-        frames = _frames(sock, 0.5)
+        frames = _frames(sock)
     settings = {}
     for kind, stream, payload in frames:
         if kind == 0x4 and stream == 0:
