@@ -272,10 +272,7 @@ class GrpcConnection(asyncio.Protocol):
                 if type(payload) is ResponseParts:
                     stream.send_data(prefix(payload.size))
                     for part in payload.parts:  # zttp copies each (from shm, for outputs)
-                        if len(part) <= _PIECE:
-                            stream.send_data(part)
-                        else:
-                            self._send_in_pieces(stream, part)
+                        self._send_body(stream, part)
                 else:
                     self._data(stream, payload)
                 stream.end_message(_OK)
@@ -287,9 +284,13 @@ class GrpcConnection(asyncio.Protocol):
         self._forget(call)
         self._flush()
 
-    def _send_in_pieces(self, stream: zttp.Stream, data: Any) -> None:
-        """A large buffer handed to zttp and written out a piece at a time, so that the
-        client reads the first while the server still copies the rest."""
+    def _send_body(self, stream: zttp.Stream, data: Any) -> None:
+        """Response bytes to zttp, which copies them; a buffer larger than _PIECE is
+        handed over and written out a piece at a time, so that the client reads the
+        first while the server still copies the rest."""
+        if len(data) <= _PIECE:
+            stream.send_data(data)
+            return
         view = memoryview(data)
         for at in range(0, len(view), _PIECE):
             stream.send_data(view[at:at + _PIECE])
@@ -340,13 +341,13 @@ class GrpcConnection(asyncio.Protocol):
         call.done = True
         self._calls.pop(call.stream_id, None)
 
-    @staticmethod
-    def _data(stream: zttp.Stream, payload: bytes) -> None:
+    def _data(self, stream: zttp.Stream, payload: bytes) -> None:
+        """One whole message (a unary answer serialized at once, a stream's response)."""
         if len(payload) <= _SMALL:
             stream.send_data(prefix(len(payload)) + payload)
         else:  # zttp copies it into its buffer: no need to join it to the prefix first
             stream.send_data(prefix(len(payload)))
-            stream.send_data(payload)
+            self._send_body(stream, payload)
 
     def _flush(self) -> None:
         transport = self.transport
