@@ -344,11 +344,16 @@ def split(tmp_path_factory):
         try:
             for server in servers.values():
                 server.wait_ready()
-            for server in servers.values():
+            models = ("remote_caller", "add_sub", "repeat", "cancel_probe", "identity")
+            for name, server in servers.items():
                 client = server.http_client()
-                wait_for(lambda: all(client.is_model_ready(m) for m in
-                                     ("remote_caller", "add_sub", "repeat", "cancel_probe",
-                                      "identity")))
+                try:  # every model everywhere; on a loaded machine that may take a while
+                    wait_for(lambda: all(client.is_model_ready(m) for m in models), 45.0)
+                except AssertionError:
+                    missing = [m for m in models if not client.is_model_ready(m)]
+                    raise AssertionError(
+                        f"{name} does not see {missing} ready; its log ends:\n"
+                        f"{server.log_text()[-3000:]}") from None
             yield servers | {"targets": targets, "plane": plane}
         finally:
             for server in servers.values():

@@ -32,6 +32,7 @@ from pbserve.distributed.request_plane import token
 log = logging.getLogger("pbserve.distributed")
 
 BUCKET = "pbserve_models"
+FOLLOW_RETRY_S = 0.5  # a registry view waits this long before replacing a failed watcher
 Entry = dict[str, Any]
 
 
@@ -117,11 +118,23 @@ class RegistryView:
         await self.start()
 
     async def _follow(self) -> None:
-        assert self._watcher is not None
+        """Apply the bucket's updates as they come. A watcher that fails is replaced
+        (after FOLLOW_RETRY_S): the view must not stop following, or every entry in it
+        would expire with its TTL and every remote model look gone."""
         while True:
             try:
+                if self._watcher is None:
+                    self._watcher = await self._kv.watchall()
                 update = await self._watcher.updates(timeout=60)
             except nats.errors.TimeoutError:
+                continue
+            except Exception as err:  # noqa: BLE001 - any failure: a new watcher
+                log.warning("registry view: watcher failed (%s): following anew", err)
+                failed, self._watcher = self._watcher, None
+                if failed is not None:
+                    with contextlib.suppress(Exception):
+                        await failed.stop()
+                await asyncio.sleep(FOLLOW_RETRY_S)
                 continue
             if update is not None:
                 self._apply(update)
