@@ -94,7 +94,7 @@ def test_the_window_frames_raise_a_zttp_clients_send_windows():
     assert stream.send_window == RECEIVE_WINDOW
 
 
-@pytest.mark.parametrize("size", [65_534, 2**31])
+@pytest.mark.parametrize("size", [65_534, 65_535, 2**31])
 def test_a_window_outside_http2s_bounds_is_refused(size):
     with pytest.raises(ValueError, match="window"):
         window_frames(size)

@@ -30,7 +30,8 @@ def _frame(kind: int, payload: bytes) -> bytes:
 def window_frames(size: int = RECEIVE_WINDOW) -> bytes:
     """The frames that raise a new connection's receive windows (each stream's and the
     connection's) from HTTP/2's default to `size` bytes; sent after zttp's preface."""
-    if not _DEFAULT_WINDOW <= size < 2**31:
-        raise ValueError(f"an HTTP/2 window is {_DEFAULT_WINDOW} to 2**31-1 bytes, not {size}")
+    if not _DEFAULT_WINDOW < size < 2**31:  # (a WINDOW_UPDATE of 0 is a protocol error)
+        raise ValueError(f"a larger HTTP/2 window is {_DEFAULT_WINDOW + 1} to 2**31-1 "
+                         f"bytes, not {size}")
     return (_frame(_SETTINGS, struct.pack(">HI", _INITIAL_WINDOW_SIZE, size))
             + _frame(_WINDOW_UPDATE, struct.pack(">I", size - _DEFAULT_WINDOW)))
