@@ -11,6 +11,7 @@ dropped in the stub, before it costs a message.
 from __future__ import annotations
 
 import os
+import threading
 
 from backend_utils.logger import VERBOSE_ENV, LogLevel
 
@@ -23,16 +24,20 @@ class LogLevels:
             self.verbose_level = 0
         self.info = self.warning = self.error = True
         self.generation = -1  # of the settings applied
+        # The main loop and the control thread both apply copies: the check of the
+        # generation and the settings it admits go together.
+        self._lock = threading.Lock()
 
     def update(self, generation: int, verbose_level: int, info: bool, warning: bool,
                error: bool) -> None:
-        if generation < self.generation:
-            return  # the other queue's copy of a newer change came first
-        self.generation = generation
-        self.verbose_level = verbose_level
-        self.info, self.warning, self.error = info, warning, error
-        # Logger lines outside a runtime (auto_complete_config) read the variable
-        os.environ[VERBOSE_ENV] = str(verbose_level)
+        with self._lock:
+            if generation < self.generation:
+                return  # the other queue's copy of a newer change came first
+            self.generation = generation
+            self.verbose_level = verbose_level
+            self.info, self.warning, self.error = info, warning, error
+            # Logger lines outside a runtime (auto_complete_config) read the variable
+            os.environ[VERBOSE_ENV] = str(verbose_level)
 
     def enabled(self, level: int) -> bool:
         if level == LogLevel.VERBOSE:
