@@ -333,9 +333,43 @@ def test_auto_complete_may_not_switch_the_scheduler() -> None:
     assert err.message == "Cannot update scheduling choice from 11 to 11 when auto-completing."
 
 
-def test_an_ensemble_is_refused_for_what_it_is() -> None:
-    text = ('platform: "ensemble" ensemble_scheduling { step [ { model_name: "add_sub" '
-            'model_version: -1 } ] }')
-    err = error_of(complete, text, "pipe")
-    assert err.code == ErrorCode.UNSUPPORTED
-    assert "model 'pipe' is an ensemble (platform 'ensemble')" in err.message
+ENS = 'platform: "ensemble" input [ { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ] ' \
+    'output [ { name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+
+
+def _step(model: str, inputs: str, outputs: str) -> str:
+    maps = "".join(f'input_map {{ key: "{k}" value: "{v}" }} ' for k, v in
+                   (p.split("=") for p in inputs.split(",") if p))
+    maps += "".join(f'output_map {{ key: "{k}" value: "{v}" }} ' for k, v in
+                    (p.split("=") for p in outputs.split(",") if p))
+    return f'{{ model_name: "{model}" {maps}}}'
+
+
+@pytest.mark.parametrize("steps,message", [
+    ("", "must specify 'step' for ensemble 'e'"),
+    (_step("", "X=I", "Y=O"), "must specify 'model_name' in step 0 of ensemble 'e'"),
+    (_step("a", "", "Y=O"), "must specify 'input_map' in step 0 of ensemble 'e'"),
+    (_step("a", "X=I", ""), "must specify 'output_map' in step 0 of ensemble 'e'"),
+    (_step("a", "X=I", "Y=O") + "," + _step("b", "X=I", "Y=O"),
+     "ensemble tensor 'O' can appear in an output map only once for ensemble 'e' step 1"),
+    (_step("a", "X=J", "Y=O"), "ensemble input 'I' for ensemble e' is not used"),
+    (_step("a", "X=I", "Y=P"), "ensemble output 'O' for ensemble e' is not used"),
+    (_step("a", "X=I,Z=t", "Y=O"),
+     "output 'O' for ensemble 'e' is not written: at least one of its depending tensors, "
+     "'t', is not connected"),
+    (_step("a", "X=I", "Y=O,W=spare"), "ensemble tensor 'spare' is unused in ensemble 'e'"),
+])
+def test_ensemble_structure_is_checked_in_tritons_words(steps: str, message: str) -> None:
+    text = ENS + ("ensemble_scheduling { step [ " + steps + " ] }" if steps else "")
+    err = error_of(complete, text, "e")
+    assert (err.code, err.message) == (ErrorCode.INVALID_ARG, message)
+
+
+def test_an_ensemble_takes_no_instances_and_no_backend() -> None:
+    cfg = complete(ENS + "ensemble_scheduling { step [ " + _step("a", "X=I", "Y=O") + " ] }",
+                   "e")
+    assert not cfg.instance_group and not cfg.backend and cfg.platform == "ensemble"
+    text = ENS + 'instance_group [ { count: 1 } ] ensemble_scheduling { step [ ' + \
+        _step("a", "X=I", "Y=O") + " ] }"
+    assert error_of(complete, text, "e").message == \
+        "instance group should not be specified for ensemble 'e'"

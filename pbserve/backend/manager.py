@@ -10,6 +10,7 @@ repositories' files (repository_poller.py). Config precedence: config_sources.py
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any, AsyncIterator, Iterator
 from pbserve import __version__
 from pbserve.backend.observability import metrics
 from pbserve.backend.model import Model
+from pbserve.backend.config.config_checks import ENSEMBLE_PLATFORM, validate_io_config
+from pbserve.backend.ensemble.model import EnsembleModel
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.repository.file_override import (
@@ -42,6 +45,10 @@ from shm.pool import Pool, RegionMap
 log = logging.getLogger("pbserve.backend")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+# The ensembles whose load is waiting for the one in progress (the composing models
+# an ensemble loads first): a name seen twice is a circular dependency.
+_LOADING_ENSEMBLES: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "loading_ensembles", default=())
 # Only what pbserve implements (Triton also lists classification and CUDA shared memory,
 # which pbserve refuses with a message saying so).
 EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
@@ -56,14 +63,20 @@ class ModelEntry:
     name: str
     state: str = UNAVAILABLE
     reason: str = ""
-    versions: dict[str, Model] = field(default_factory=dict)
+    versions: dict[str, Model | EnsembleModel] = field(default_factory=dict)
     failed: bool = False
     fingerprint: tuple = ()  # of its files at the last load attempt (poll mode)
     override_dir: Path | None = None  # the files it was loaded from (file_override.py)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
-    def latest(self) -> Model | None:
+    def composing(self) -> list[str]:
+        """The models this ensemble's steps call ([] for a model that is not one)."""
+        model = self.latest
+        return model.graph.model_names if isinstance(model, EnsembleModel) else []
+
+    @property
+    def latest(self) -> Model | EnsembleModel | None:
         if not self.versions:
             return None
         return self.versions[max(self.versions, key=int)]
@@ -126,7 +139,9 @@ class ModelManager:
 
         async def load(name: str) -> None:
             async with slots:
-                await self._load(name)
+                entry = self._entries.get(name)
+                if entry is None or entry.state != READY:  # else an ensemble loaded it
+                    await self._load(name)
         await asyncio.gather(*(load(n) for n in names), return_exceptions=True)
         if self._poller is not None:
             self._poller.start()
@@ -297,7 +312,7 @@ class ModelManager:
             return  # the request's own lookup reports it
         model.expect_request()
 
-    def model(self, name: str, version: str = "") -> Model:
+    def model(self, name: str, version: str = "") -> Model | EnsembleModel:
         """The loaded model serving `name` (and `version`, "" = latest); NOT_FOUND else."""
         entry = self._entries.get(name)
         if entry is None or entry.state != READY or not entry.versions:
@@ -330,10 +345,21 @@ class ModelManager:
             raise
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload `name`; with `unload_dependents`, an ensemble's composing models go too
+        (those that no other loaded ensemble calls)."""
         check_explicit(self.control_mode)
         entry = self._entries.get(name)
-        if entry is not None:
-            await self._unload(entry)
+        if entry is None:
+            return
+        composing = entry.composing
+        await self._unload(entry)
+        if unload_dependents:
+            in_use = {m for e in self._entries.values() if e.state == READY
+                      for m in e.composing}
+            for model in composing:
+                other = self._entries.get(model)
+                if other is not None and model not in in_use:
+                    await self.unload_model(model, unload_dependents=True)
 
     def _entry(self, name: str) -> ModelEntry:
         entry = self._entries.get(name)
@@ -393,13 +419,16 @@ class ModelManager:
             entry.fingerprint = ()
 
     async def _load_versions(self, name: str, config_override: str | None,
-                             override_dir: Path | None = None) -> dict[str, Model]:
+                             override_dir: Path | None = None
+                             ) -> dict[str, Model | EnsembleModel]:
         model_dir = override_dir or find_model(self.repositories, name).path
         cfg = self.config_sources.config(model_dir, config_override)
         cfg = complete_defaults(cfg, name, model_dir, gpus=visible_gpus(), check_io=False)
         versions = served_versions(cfg, model_dir)
         assert self._pool is not None
-        loaded: dict[str, Model] = {}
+        if cfg.platform == ENSEMBLE_PLATFORM:
+            return await self._load_ensemble(name, model_dir, cfg, versions)
+        loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
                           self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep,
@@ -412,6 +441,56 @@ class ModelManager:
                                   f"{version} is at UNAVAILABLE state: {err.message}") from None
             loaded[model.version] = model
         return loaded
+
+    async def _load_ensemble(self, name: str, model_dir: Path, cfg: Any,
+                             versions: list[int]) -> dict[str, Model | EnsembleModel]:
+        """An ensemble loads the models it composes first (those not loaded yet), as
+        Triton does, then checks its steps against their configs."""
+        validate_io_config(cfg)
+        chain = _LOADING_ENSEMBLES.get()
+        if name in chain:
+            raise invalid_arg(f"circular dependency between ensembles: {name} -> ... -> "
+                              f"{chain[-1]} -> {name}")
+        token = _LOADING_ENSEMBLES.set((*chain, name))
+        try:
+            steps = list(dict.fromkeys(s.model_name for s in cfg.ensemble_scheduling.step))
+            known = set(scan_repositories(self.repositories).models) | {
+                n for n, e in self._entries.items() if e.state == READY}
+            missing = [m for m in steps if m not in known]
+            if missing:
+                raise invalid_arg(f"ensemble {name} contains models that are not available "
+                                  f"or ambiguous: {', '.join(missing)}")
+            for model in steps:
+                await self._load_composing(name, model)
+        finally:
+            _LOADING_ENSEMBLES.reset(token)
+        loaded: dict[str, Model | EnsembleModel] = {}
+        for version in versions:
+            ensemble = EnsembleModel(name, version, model_dir, cfg, self.model, self._refs)
+            await ensemble.load()
+            loaded[ensemble.version] = ensemble
+        return loaded
+
+    async def _load_composing(self, ensemble: str, name: str) -> None:
+        """Load `name` for `ensemble` unless it is loaded (or being loaded: then wait)."""
+        chain = _LOADING_ENSEMBLES.get()
+        if name in chain:  # waiting for its load would wait for this one
+            raise invalid_arg(f"circular dependency between ensembles: {name} -> ... -> "
+                              f"{chain[-1]} -> {name}")
+        entry = self._entries.get(name)
+        if entry is not None and entry.lock.locked():
+            async with entry.lock:
+                pass
+        if entry is not None and entry.state == READY and entry.versions:
+            return
+        try:
+            await self._load(name)
+        except ServerError as err:
+            if err.message.startswith("circular dependency"):
+                raise
+            raise invalid_arg(
+                f"ensemble '{ensemble}' depends on '{name}' which has no loaded version. "
+                f"Model '{name}' loading failed with error: {err.message}") from None
 
     async def _unload(self, entry: ModelEntry) -> None:
         async with entry.lock:

@@ -2,8 +2,9 @@
 Triton function (core src/model_config_utils.cc) so each can be compared with it.
 
 Every message is Triton's wording; all are INVALID_ARG unless Triton says otherwise.
-Only what can apply to a Python-backend model is here (no ensembles, TensorRT shape
-tensors or profiles beyond the error Triton gives for them).
+Only what can apply to a Python-backend model or an ensemble is here (no TensorRT shape
+tensors or profiles beyond the error Triton gives for them). An ensemble's checks that
+need its composing models' configs are in pbserve/backend/ensemble/validation.py.
 """
 
 from __future__ import annotations
@@ -69,18 +70,92 @@ def validate_model_config(cfg: mc.ModelConfig) -> None:
         _validate_dynamic_batching(cfg)
     if cfg.HasField("sequence_batching"):
         _validate_sequence_batching(cfg)
-    if cfg.platform == ENSEMBLE_PLATFORM:
-        raise ServerError(ErrorCode.UNSUPPORTED, (
-            f"model '{name}' is an ensemble (platform '{ENSEMBLE_PLATFORM}'): pbserve does "
-            f"not run ensembles yet; a Python model calling the steps with BLS does the same"))
     if cfg.HasField("ensemble_scheduling"):
-        raise invalid_arg(f"ensemble scheduling cannot be set for model '{name}' whose "
-                          f"platform is not {ENSEMBLE_PLATFORM}")
+        validate_ensemble_scheduling(cfg)
+    elif cfg.platform == ENSEMBLE_PLATFORM:
+        raise invalid_arg(f"must specify 'step' for ensemble '{name}'")
     if cfg.model_transaction_policy.decoupled and cfg.response_cache.enable:
         raise invalid_arg(f"Response Cache does not currently support model {name} with "
                           "'decoupled' transaction policy. Please disable the response cache.")
     if cfg.HasField("model_metrics"):
         _validate_model_metrics(cfg.model_metrics)
+
+
+def validate_ensemble_scheduling(cfg: mc.ModelConfig) -> None:
+    """ValidateEnsembleSchedulingConfig: the steps' structure alone (every input used,
+    every output written, each tensor written once, no tensor left unused)."""
+    name = cfg.name
+    if cfg.platform != ENSEMBLE_PLATFORM:
+        raise invalid_arg(f"ensemble scheduling cannot be set for model '{name}' whose "
+                          f"platform is not {ENSEMBLE_PLATFORM}")
+    if cfg.instance_group:
+        raise invalid_arg(f"instance group should not be specified for ensemble '{name}'")
+    if cfg.HasField("optimization"):
+        raise invalid_arg(f"optimization should not be specified for ensemble '{name}'")
+    if cfg.model_warmup:
+        raise invalid_arg(f"model_warmup can not be specified for ensemble '{name}'")
+    if not cfg.ensemble_scheduling.step:
+        raise invalid_arg(f"must specify 'step' for ensemble '{name}'")
+    written: set[str] = set()
+    consumers: dict[str, set[int]] = {}  # ensemble tensor -> steps reading it
+    producer: dict[str, int] = {}  # ensemble tensor -> the step writing it
+    for index, step in enumerate(cfg.ensemble_scheduling.step):
+        for field in ("model_name", "input_map", "output_map"):
+            if not getattr(step, field):
+                raise invalid_arg(f"must specify '{field}' in step {index} of ensemble "
+                                  f"'{name}'")
+        for tensor in step.output_map.values():
+            if tensor in written:
+                raise invalid_arg(f"ensemble tensor '{tensor}' can appear in an output map "
+                                  f"only once for ensemble '{name}' step {index}")
+            written.add(tensor)
+            producer[tensor] = index
+        for tensor in step.input_map.values():
+            consumers.setdefault(tensor, set()).add(index)
+    known = written | set(consumers)
+    ready = {i.name for i in cfg.input}
+    for tensor in ready:
+        if tensor not in known:
+            raise invalid_arg(f"ensemble input '{tensor}' for ensemble {name}' is not used")
+    steps = cfg.ensemble_scheduling.step
+    done: set[int] = set()
+    progress = True
+    while progress:  # the data flow: a step runs once all of its inputs are ready
+        progress = False
+        for index, step in enumerate(steps):
+            if index not in done and all(t in ready for t in step.input_map.values()):
+                done.add(index)
+                ready.update(step.output_map.values())
+                progress = True
+    outputs = {o.name for o in cfg.output}
+    for output in cfg.output:
+        if output.name not in known:
+            raise invalid_arg(f"ensemble output '{output.name}' for ensemble {name}' is not "
+                              "used")
+        if output.name not in ready:
+            message = f"output '{output.name}' for ensemble '{name}' is not written"
+            source = _unready_source(output.name, steps, producer, ready)
+            if source != output.name:
+                message += (f": at least one of its depending tensors, '{source}', is not "
+                            "connected")
+            raise invalid_arg(message)
+    for tensor in sorted(known - outputs):
+        if tensor not in ready or tensor not in consumers:
+            raise invalid_arg(f"ensemble tensor '{tensor}' is unused in ensemble '{name}'")
+
+
+def _unready_source(tensor: str, steps: Sequence[mc.ModelEnsembling.Step],
+                    producer: dict[str, int], ready: set[str]) -> str:
+    """The first tensor up the chain from `tensor` that nothing makes ready."""
+    seen = {tensor}
+    while tensor in producer:
+        inputs = steps[producer[tensor]].input_map.values()
+        unready = next((t for t in inputs if t not in ready and t not in seen), None)
+        if unready is None:
+            break
+        seen.add(unready)
+        tensor = unready
+    return tensor
 
 
 def _validate_dynamic_batching(cfg: mc.ModelConfig) -> None:

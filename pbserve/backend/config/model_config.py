@@ -258,7 +258,8 @@ def complete_defaults(cfg: ModelConfig, model_name: str, model_path: Path | None
     if out.name != model_name:
         raise invalid_arg(f"unexpected directory name '{model_name}' for model '{out.name}', "
                           "directory name must equal model name")
-    _check_backend(out)
+    if out.platform != config_checks.ENSEMBLE_PLATFORM:
+        _check_backend(out)
     gpu_ids = sorted(set(gpus))
     config_checks.normalize_instance_groups(out, gpu_ids)
     config_checks.validate_instance_groups(out, gpu_ids)
