@@ -75,8 +75,9 @@ def test_a_large_tensor_through_three_identity_steps(http, grpc):
 
 
 def test_a_failing_step_fails_the_request_with_its_message(http, grpc):
-    with pytest.raises(InferenceServerException, match="negative input refused"):
+    with pytest.raises(InferenceServerException) as info:
         http.infer("failing", [h_in("IN", fp32(-5, 1))])
+    assert "in ensemble 'failing', negative input refused" in str(info.value)
     with pytest.raises(InferenceServerException, match="negative input refused"):
         grpc.infer("failing", [g_in("IN", fp32(-5, 1))])
     # the same ensemble and its models go on serving
@@ -211,3 +212,35 @@ def test_no_shm_left_to_grow(server, http):
     for _ in range(10):
         http.infer("identity3", [h_in("INPUT0", data)])
     assert held() <= first
+
+
+def test_a_decoupled_ensemble_over_generate_stream(server):
+    import json
+    import urllib.request
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/stream/generate_stream",
+        data=json.dumps({"IN": [1.0, 10.0]}).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=20) as reply:
+        events = [json.loads(line[len(b"data: "):]) for line in reply.read().splitlines()
+                  if line.startswith(b"data: ")]
+    assert sorted(e["OUT"] for e in events) == [[2.0, 11.0], [3.0, 21.0], [4.0, 31.0]]
+
+
+def test_the_sentiment_example(tmp_path):
+    examples = Path(__file__).resolve().parents[1] / "models" / "examples"
+    load = [a for m in ("sentiment",) for a in ("--load-model", m)]
+    with running_server(examples, args=["--model-control-mode", "explicit", *load]) as srv:
+        client = srv.http_client()
+        text = np.array([b"great food, fast service, but a slow and dirty room"], object)
+        result = client.infer("sentiment", [h_in("TEXT", text)])
+        assert result.as_numpy("LABEL")[0] == b"neutral"
+        text = np.array([b"Great, clean and fast"], object)
+        result = client.infer("sentiment", [h_in("TEXT", text)])
+        assert result.as_numpy("LABEL")[0] == b"positive"
+        assert result.as_numpy("SCORE")[0] == pytest.approx(1.0)
+        # loading the ensemble loaded the three models it composes
+        ready = {m["name"] for m in client.get_model_repository_index()
+                 if m.get("state") == "READY"}
+        assert ready == {"sentiment", "sentiment_preprocess", "add_sub",
+                         "sentiment_postprocess"}
+        client.close()

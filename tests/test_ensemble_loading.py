@@ -3,7 +3,10 @@ with the ensemble in explicit mode, unloading with unload_dependents."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from client_inputs import http_input as h_in
@@ -54,7 +57,7 @@ def load_error(http, name: str) -> str:
 
 
 @pytest.mark.parametrize("name,words", [
-    ("bad_missing", "ensemble bad_missing contains models that are not available or "
+    ("bad_missing", "load failed for model 'bad_missing': ensemble bad_missing contains models that are not available or "
                     "ambiguous: nowhere"),
     ("bad_input_name", "in ensemble bad_input_name, ensemble tensor IN is mapping to "
                        "non-existing input NOPE in model s_add"),
@@ -87,17 +90,39 @@ def test_loading_an_ensemble_loads_its_models_and_unload_dependents(http):
     data = np.arange(3, dtype=np.float32)
     np.testing.assert_array_equal(
         http.infer("chain3", [h_in("INPUT0", data)]).as_numpy("OUTPUT0"), data + 1)
-    # a composing model going away makes the ensemble not ready; back, ready again
+    # as in Triton: a composing model going away unloads the ensemble, and its coming
+    # back loads the ensemble again
     http.unload_model("s_add")
     assert not http.is_model_ready("chain3")
-    with pytest.raises(InferenceServerException, match="s_add"):
+    state = {m["name"]: (m.get("state"), m.get("reason")) for m in
+             http.get_model_repository_index()}
+    assert state["chain3"] == ("UNAVAILABLE", "unloaded")
+    with pytest.raises(InferenceServerException, match="chain3"):
         http.infer("chain3", [h_in("INPUT0", data)])
     http.load_model("s_add")
-    assert http.is_model_ready("chain3")
-    # unload_dependents takes the composing models too, except one another ensemble uses
-    http.load_model("identity3")
-    http.unload_model("chain3", unload_dependents=True)
-    assert not http.is_model_ready("chain3")
-    assert not http.is_model_ready("s_add")
-    assert http.is_model_ready("s_identity")
-    assert http.is_model_ready("identity3")
+    deadline = time.monotonic() + 10
+    while not http.is_model_ready("chain3") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    np.testing.assert_array_equal(
+        http.infer("chain3", [h_in("INPUT0", data)]).as_numpy("OUTPUT0"), data + 1)
+    # unload_dependents takes the composing models too, except those loaded for
+    # themselves (s_identity at start, s_add by the load above) and those another
+    # loaded ensemble uses
+    http.load_model("diamond")  # s_split, s_sum loaded for it alone; s_add, s_identity
+    http.load_model("identity3")  # uses s_identity
+    http.unload_model("diamond", unload_dependents=True)
+    assert not http.is_model_ready("diamond")
+    assert not http.is_model_ready("s_split") and not http.is_model_ready("s_sum")
+    assert http.is_model_ready("s_add") and http.is_model_ready("s_identity")
+    assert http.is_model_ready("identity3") and http.is_model_ready("chain3")
+
+
+def test_only_the_steps_making_the_outputs_asked_for_run(http):
+    http.load_model("diamond")
+    before = http.get_inference_statistics("s_sum")["model_stats"][0]
+    data = np.arange(3, dtype=np.float32)
+    result = http.infer("diamond", [h_in("IN", data)],
+                        outputs=[httpclient.InferRequestedOutput("DOUBLE")])
+    np.testing.assert_array_equal(result.as_numpy("DOUBLE"), 2 * data)
+    after = http.get_inference_statistics("s_sum")["model_stats"][0]
+    assert after["inference_count"] == before["inference_count"]

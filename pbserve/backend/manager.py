@@ -68,6 +68,9 @@ class ModelEntry:
     fingerprint: tuple = ()  # of its files at the last load attempt (poll mode)
     override_dir: Path | None = None  # the files it was loaded from (file_override.py)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # loaded for itself (at start or by the load API), not only as an ensemble's step:
+    # unload_dependents leaves such a model loaded, as Triton does
+    explicit: bool = False
 
     @property
     def composing(self) -> list[str]:
@@ -115,6 +118,9 @@ class ModelManager:
         self._calls = StubCalls(self.model, self._regions.view, self)
         self._running = RunningInstances()  # whether a reply is watched for (instance.py)
         self._linger = Linger()  # the loop turns on for a while after each request
+        # composing model -> the ensembles unloaded when it went, loaded again when it is
+        self._waiting_ensembles: dict[str, set[str]] = {}
+        self._background: set[asyncio.Task] = set()
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
                                                  allow_client_shm, visible_gpus)
         self._live = False
@@ -139,8 +145,9 @@ class ModelManager:
 
         async def load(name: str) -> None:
             async with slots:
-                entry = self._entries.get(name)
-                if entry is None or entry.state != READY:  # else an ensemble loaded it
+                entry = self._entry(name)
+                entry.explicit = True
+                if entry.state != READY:  # else an ensemble loaded it
                     await self._load(name)
         await asyncio.gather(*(load(n) for n in names), return_exceptions=True)
         if self._poller is not None:
@@ -180,6 +187,7 @@ class ModelManager:
         self._live = False
         if self._poller is not None:
             await self._poller.stop()
+        self._waiting_ensembles.clear()
         await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
                              return_exceptions=True)
         self.shared_memory.close()
@@ -336,6 +344,7 @@ class ModelManager:
         if files:
             check_model_name(name)
             override = await asyncio.to_thread(write_override, config, files)
+        self._entry(name).explicit = True
         try:
             await self._load(name, config, override)
         except BaseException:  # failed or cancelled: the files are ours unless adopted
@@ -352,13 +361,14 @@ class ModelManager:
         if entry is None:
             return
         composing = entry.composing
+        entry.explicit = False
         await self._unload(entry)
         if unload_dependents:
             in_use = {m for e in self._entries.values() if e.state == READY
                       for m in e.composing}
             for model in composing:
                 other = self._entries.get(model)
-                if other is not None and model not in in_use:
+                if other is not None and not other.explicit and model not in in_use:
                     await self.unload_model(model, unload_dependents=True)
 
     def _entry(self, name: str) -> ModelEntry:
@@ -395,6 +405,7 @@ class ModelManager:
             entry.state, entry.reason, entry.failed = READY, "", False
             old_dir, entry.override_dir = entry.override_dir, override_dir
             log.info("successfully loaded '%s'", name)
+            self._reload_waiting(name)
             if old:
                 await asyncio.gather(*(m.unload() for m in old.values()),
                                      return_exceptions=True)
@@ -446,6 +457,17 @@ class ModelManager:
                              versions: list[int]) -> dict[str, Model | EnsembleModel]:
         """An ensemble loads the models it composes first (those not loaded yet), as
         Triton does, then checks its steps against their configs."""
+        try:
+            return await self._load_ensemble_checked(name, model_dir, cfg, versions)
+        except ServerError as err:
+            if err.message.startswith(("load failed for model", "circular dependency")):
+                raise
+            raise ServerError(err.code, f"load failed for model '{name}': {err.message}"
+                              ) from None
+
+    async def _load_ensemble_checked(self, name: str, model_dir: Path, cfg: Any,
+                                     versions: list[int]
+                                     ) -> dict[str, Model | EnsembleModel]:
         validate_io_config(cfg)
         chain = _LOADING_ENSEMBLES.get()
         if name in chain:
@@ -486,7 +508,7 @@ class ModelManager:
         try:
             await self._load(name)
         except ServerError as err:
-            if err.message.startswith("circular dependency"):
+            if "circular dependency between ensembles" in err.message:
                 raise
             raise invalid_arg(
                 f"ensemble '{ensemble}' depends on '{name}' which has no loaded version. "
@@ -499,6 +521,33 @@ class ModelManager:
             entry.state, entry.reason, entry.failed = UNAVAILABLE, "unloaded", False
             remove_override(entry.override_dir)
             entry.override_dir = None
+        if self._live:
+            await self._unload_ensembles_of(entry.name)
+
+    async def _unload_ensembles_of(self, name: str) -> None:
+        """`name` went: the ensembles calling it go too, and come back when it does
+        (Triton's dependency graph)."""
+        users = [e for e in self._entries.values() if e.state == READY and name in e.composing]
+        for user in users:
+            log.info("unloading '%s': it composes '%s', which was unloaded", user.name, name)
+            self._waiting_ensembles.setdefault(name, set()).add(user.name)
+            await self._unload(user)
+
+    def _reload_waiting(self, name: str) -> None:
+        """`name` is loaded: load again the ensembles its unload took down."""
+        for ensemble in sorted(self._waiting_ensembles.pop(name, ())):
+            entry = self._entries.get(ensemble)
+            if entry is None or entry.state == READY or entry.lock.locked():
+                continue
+            task = asyncio.get_running_loop().create_task(self._reload_ensemble(ensemble))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _reload_ensemble(self, name: str) -> None:
+        try:
+            await self._load(name)
+        except ServerError:
+            pass  # logged, and in the index
 
     async def _unload_versions(self, entry: ModelEntry) -> None:
         entry.state = UNLOADING

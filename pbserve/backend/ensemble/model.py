@@ -50,6 +50,7 @@ class EnsembleModel:
         self._validator = RequestValidator(cfg)
         self._output_names = [o.name for o in cfg.output]
         self._runs: set[asyncio.Task] = set()
+        self._unneeded: dict[tuple[str, ...], frozenset[int]] = {}  # by outputs asked for
 
     # -- lifecycle --------------------------------------------------------------------
     async def load(self, auto_complete: bool = True) -> None:
@@ -177,14 +178,21 @@ class EnsembleModel:
         stats.pending += 1
         blocks: list = []
         error: ServerError | None = None
+        run: EnsembleRun | None = None
         task = asyncio.current_task()
         if task is not None:
             self._runs.add(task)
         try:
             inputs = self._inputs(request, descs, blocks)
             outputs = list(request.requested_outputs or self._output_names)
+            key = tuple(sorted(outputs))
+            unneeded = self._unneeded.get(key)
+            if unneeded is None:
+                if len(self._unneeded) >= 64:  # bounded: clients choose the subsets
+                    self._unneeded.clear()
+                unneeded = self._unneeded[key] = self.graph.unneeded(outputs)
             run = EnsembleRun(self.name, self.version, self.graph, self._find_model,
-                              request, outputs, emit)
+                              request, outputs, emit, unneeded)
             await run.run(inputs)
         except StepError as err:
             error = err.error
@@ -202,10 +210,18 @@ class EnsembleModel:
         stats.request_us += took_us
         stats.last_inference_ms = int(time.time() * 1000)
         if error is None:
+            # As Triton counts an ensemble: one execution per request, its compute the
+            # steps' (here: each step's time from submission to answer, queue included).
+            assert run is not None
             stats.success += 1
             stats.success_us += took_us
             stats.inference_count += max(batch, 1)
             stats.exec_count += 1
+            stats.executed += 1
+            stats.compute_infer_us += run.step_ns // 1000
+            figures = stats.batches.setdefault(max(batch, 1), [0, 0])
+            figures[0] += 1
+            figures[1] += run.step_ns
         else:
             stats.failures[metrics.BACKEND] += 1
         return error

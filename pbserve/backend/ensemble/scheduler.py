@@ -18,6 +18,7 @@ that ends with every output known sends one response.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -78,7 +79,9 @@ class EnsembleRun:
 
     def __init__(self, name: str, version: str, graph: EnsembleGraph,
                  find_model: Callable[[str, str], StepModel], request: InferRequest,
-                 outputs: list[str], emit: Callable[[InferResponse], None]) -> None:
+                 outputs: list[str], emit: Callable[[InferResponse], None],
+                 unneeded: frozenset[int] = frozenset()) -> None:
+        """`unneeded`: steps that make none of `outputs` (they do not run)."""
         self._name = name
         self._version = version
         self._graph = graph
@@ -86,11 +89,13 @@ class EnsembleRun:
         self._request = request
         self._outputs = outputs
         self._emit = emit
+        self._unneeded = unneeded
         # ensemble output -> the client region the step writing it writes it into
         self._output_shm = request.output_shm or {}
+        self.step_ns = 0  # the steps' time, from their submission to their last response
 
     async def run(self, inputs: dict[str, Value]) -> None:
-        await self._flow(inputs, set())
+        await self._flow(inputs, set(self._unneeded))
 
     async def _flow(self, env: dict[str, Value], done: set[int]) -> None:
         """Run every step of this lineage that can run (`done`: steps it must not run),
@@ -127,24 +132,27 @@ class EnsembleRun:
     async def _step(self, step: Step, env: dict[str, Value], created: list[_Held]) -> None:
         model = self._model(step)
         request, descs = self._step_request(step, env)
+        start = time.monotonic_ns()
         if not model.decoupled:
             try:
                 response = await model.infer(request, descs=descs)
             except ServerError as err:
                 raise StepError(self._step_error(step, err)) from None
+            self.step_ns += time.monotonic_ns() - start
             if response.error is not None:
                 response.release()
-                raise StepError(response.error)
+                raise StepError(self._model_error(response.error))
             self._add_outputs(step, response, env, created)
             return
         lineages: list[asyncio.Task] = []
-        skip = {s.index for s in self._graph.steps} - self._graph.downstream[step.index]
+        skip = ({s.index for s in self._graph.steps} - self._graph.downstream[step.index]) \
+            | self._unneeded
         try:
             try:
                 async for response in model.stream_infer(request, descs=descs):
                     if response.error is not None:
                         response.release()
-                        raise StepError(response.error)
+                        raise StepError(self._model_error(response.error))
                     if not response.outputs:
                         response.release()
                         continue
@@ -155,6 +163,7 @@ class EnsembleRun:
                         self._lineage(lineage, set(skip), mine)))
             except ServerError as err:
                 raise StepError(self._step_error(step, err)) from None
+            self.step_ns += time.monotonic_ns() - start
             for task in asyncio.as_completed(lineages):
                 await task
         finally:
@@ -176,6 +185,10 @@ class EnsembleRun:
             return self._find_model(step.model_name, step.version)
         except ServerError as err:
             raise StepError(self._step_error(step, err)) from None
+
+    def _model_error(self, error: ServerError) -> ServerError:
+        """An error a step's model answered with, in Triton's words."""
+        return ServerError(error.code, f"in ensemble '{self._name}', {error.message}")
 
     def _step_error(self, step: Step, err: ServerError) -> ServerError:
         """An error before the step's model ran (its validation, its model gone): say

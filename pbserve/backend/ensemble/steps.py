@@ -37,6 +37,18 @@ class EnsembleGraph:
     def model_names(self) -> list[str]:
         return list(dict.fromkeys(s.model_name for s in self.steps))
 
+    def unneeded(self, outputs: list[str]) -> frozenset[int]:
+        """The steps nothing of `outputs` depends on: Triton does not run them."""
+        writer = {t: s.index for s in self.steps for _, t in s.outputs}
+        needed: set[int] = set()
+        todo = [writer[o] for o in outputs if o in writer]
+        while todo:
+            index = todo.pop()
+            if index not in needed:
+                needed.add(index)
+                todo.extend(writer[t] for _, t in self.steps[index].inputs if t in writer)
+        return frozenset(s.index for s in self.steps) - needed
+
 
 def ensemble_graph(cfg: mc.ModelConfig) -> EnsembleGraph:
     """The graph of a config that passed config_checks.validate_ensemble_scheduling."""
