@@ -532,3 +532,30 @@ def test_load_and_unload_through_the_frontend_reach_the_worker_holding_the_model
 def test_a_frontend_lists_the_repository_extension_it_serves(split):
     extensions = split["frontend"].http_client().get_server_metadata()["extensions"]
     assert "model_repository" in extensions and "system_shared_memory" not in extensions
+
+
+REMOTE_ENSEMBLE = {
+    "name": "remote_chain", "platform": "ensemble", "max_batch_size": 0,
+    "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]} for n in ("A", "B")],
+    "output": [{"name": "SUM", "data_type": "TYPE_FP32", "dims": [16]}],
+    "ensemble_scheduling": {"step": [
+        {"model_name": "add_sub", "model_version": -1,
+         "input_map": {"INPUT0": "A", "INPUT1": "B"}, "output_map": {"OUTPUT0": "s"}},
+        {"model_name": "identity", "model_version": -1,
+         "input_map": {"INPUT_FP32": "s"}, "output_map": {"OUTPUT_FP32": "SUM"}}]}}
+
+
+def test_an_ensemble_on_one_worker_runs_steps_served_by_another(split):
+    # w1 has none of the composing models: its ensemble calls w2's through the plane.
+    w1 = split["w1"].http_client()
+    w1.load_model("remote_chain", config=json.dumps(REMOTE_ENSEMBLE),
+                  files={"file:1/README.md": b"an ensemble's version folder"})
+    frontend = split["frontend"].http_client()
+    wait_for(lambda: frontend.is_model_ready("remote_chain"), 15.0)
+    a, b = np.arange(16, dtype=np.float32), np.full(16, 2, np.float32)
+    inputs = [httpclient.InferInput(n, [16], "FP32") for n in ("A", "B")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    np.testing.assert_array_equal(frontend.infer("remote_chain", inputs).as_numpy("SUM"),
+                                  a + b)
+    w1.unload_model("remote_chain")

@@ -21,6 +21,7 @@ from pbserve.backend.observability import metrics
 from pbserve.backend.model import Model
 from pbserve.backend.config.config_checks import ENSEMBLE_PLATFORM, validate_io_config
 from pbserve.backend.ensemble.model import EnsembleModel
+from pbserve.backend.ensemble.remote_step import RemoteStep
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.repository.file_override import (
@@ -478,7 +479,7 @@ class ModelManager:
             steps = list(dict.fromkeys(s.model_name for s in cfg.ensemble_scheduling.step))
             known = set(scan_repositories(self.repositories).models) | {
                 n for n, e in self._entries.items() if e.state == READY}
-            missing = [m for m in steps if m not in known]
+            missing = [m for m in steps if m not in known and not self._remote_serves(m)]
             if missing:
                 raise invalid_arg(f"ensemble {name} contains models that are not available "
                                   f"or ambiguous: {', '.join(missing)}")
@@ -488,10 +489,31 @@ class ModelManager:
             _LOADING_ENSEMBLES.reset(token)
         loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
-            ensemble = EnsembleModel(name, version, model_dir, cfg, self.model, self._refs)
+            ensemble = EnsembleModel(name, version, model_dir, cfg, self._step_model,
+                                     self._refs)
             await ensemble.load()
             loaded[ensemble.version] = ensemble
         return loaded
+
+    def _remote_serves(self, name: str) -> bool:
+        """Whether another process (the request plane) serves `name`."""
+        remote = self._calls.remote
+        if remote is None:
+            return False
+        try:
+            remote.is_decoupled(name)
+        except ServerError:
+            return False
+        return True
+
+    def _step_model(self, name: str, version: str = "") -> Model | EnsembleModel | RemoteStep:
+        """The model an ensemble's step calls: loaded here, else another process's."""
+        try:
+            return self.model(name, version)
+        except ServerError:
+            if self._calls.remote is None:
+                raise
+            return RemoteStep(self._calls.remote, name, version, self._refs)
 
     async def _load_composing(self, ensemble: str, name: str) -> None:
         """Load `name` for `ensemble` unless it is loaded (or being loaded: then wait)."""
@@ -505,6 +527,8 @@ class ModelManager:
                 pass
         if entry is not None and entry.state == READY and entry.versions:
             return
+        if self._source_path(name) is None and self._remote_serves(name):
+            return  # another process's model: called through the plane
         try:
             await self._load(name)
         except ServerError as err:

@@ -29,6 +29,9 @@ class PlaneModels:
     async def model_ready(self, name: str, version: str = "") -> bool:
         return await self._plane.model_ready(name, version)
 
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return self._plane.model_config(name, version)
+
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self._plane.infer(request)
 
