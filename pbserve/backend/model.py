@@ -357,7 +357,11 @@ class Model:
         else:
             descs = tuple((d[0], d[1], self._validator.model_shape(t, batch_size), *d[3:])
                           for d, t in zip(descs, request.inputs))
-            blocks = []
+            # The parent's blocks among them (an ensemble's tensors, a BLS caller's own
+            # inputs) stay alive while this request may read them: until its stub has
+            # answered, even when the caller stopped waiting (cancelled) before that.
+            hold = self._refs.hold
+            blocks = [Block(d[3], d[4], d[5]) for d in descs if hold((d[3], d[4]))]
         key = next(_keys)
         params = json.dumps(request.parameters) if request.parameters else "{}"
         # None asked for means every output of the config (Triton's Normalize): the model

@@ -18,6 +18,7 @@ that ends with every output known sends one response.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -149,18 +150,20 @@ class EnsembleRun:
             | self._unneeded
         try:
             try:
-                async for response in model.stream_infer(request, descs=descs):
-                    if response.error is not None:
-                        response.release()
-                        raise StepError(self._model_error(response.error))
-                    if not response.outputs:
-                        response.release()
-                        continue
-                    lineage: dict[str, Value] = dict(env)
-                    mine: list[_Held] = []
-                    self._add_outputs(step, response, lineage, mine)
-                    lineages.append(asyncio.ensure_future(
-                        self._lineage(lineage, set(skip), mine)))
+                async with contextlib.aclosing(model.stream_infer(request, descs=descs)) \
+                        as stream:
+                    async for response in stream:
+                        if response.error is not None:
+                            response.release()
+                            raise StepError(self._model_error(response.error))
+                        if not response.outputs:
+                            response.release()
+                            continue
+                        lineage: dict[str, Value] = dict(env)
+                        mine: list[_Held] = []
+                        self._add_outputs(step, response, lineage, mine)
+                        lineages.append(asyncio.ensure_future(
+                            self._lineage(lineage, set(skip), mine)))
             except ServerError as err:
                 raise StepError(self._step_error(step, err)) from None
             self.step_ns += time.monotonic_ns() - start
