@@ -126,3 +126,31 @@ def test_only_the_steps_making_the_outputs_asked_for_run(http):
     np.testing.assert_array_equal(result.as_numpy("DOUBLE"), 2 * data)
     after = http.get_inference_statistics("s_sum")["model_stats"][0]
     assert after["inference_count"] == before["inference_count"]
+
+
+def test_poll_mode_follows_an_ensembles_config(tmp_path):
+    repo = write_repository(tmp_path / "repo")
+    args = ["--model-control-mode", "poll", "--repository-poll-secs", "0.2"]
+    with running_server(repo, args=args) as server:
+        client = server.http_client()
+        data = np.arange(3, dtype=np.float32)
+        np.testing.assert_array_equal(
+            client.infer("chain3", [h_in("INPUT0", data)]).as_numpy("OUTPUT0"), data + 1)
+        # the middle step becomes an identity: the next poll reloads the ensemble
+        config = repo / "chain3" / "config.pbtxt"
+        text = config.read_text().replace('model_name: "s_add" model_version: -1 '
+                                          'input_map { key: "IN" value: "t1" } output_map '
+                                          '{ key: "OUT" value: "t2" }',
+                                          'model_name: "s_identity" model_version: -1 '
+                                          'input_map { key: "INPUT0" value: "t1" } output_map '
+                                          '{ key: "OUTPUT0" value: "t2" }')
+        assert text != config.read_text()
+        config.write_text(text)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            out = client.infer("chain3", [h_in("INPUT0", data)]).as_numpy("OUTPUT0")
+            if (out == data).all():
+                break
+            time.sleep(0.1)
+        np.testing.assert_array_equal(out, data)
+        client.close()
