@@ -33,6 +33,8 @@ class StepModel(Protocol):
 
     decoupled: bool
 
+    def expect_request(self) -> None: ...
+
     async def infer(self, request: InferRequest, descs: tuple | None = None
                     ) -> InferResponse: ...
 
@@ -133,6 +135,7 @@ class EnsembleRun:
     async def _step(self, step: Step, env: dict[str, Value], created: list[_Held]) -> None:
         model = self._model(step)
         request, descs = self._step_request(step, env)
+        self._announce_successors(step)
         start = time.monotonic_ns()
         if not model.decoupled:
             try:
@@ -182,6 +185,18 @@ class EnsembleRun:
         finally:
             for h in held:
                 h.drop()
+
+    def _announce_successors(self, step: Step) -> None:
+        """The models of the steps that will read this one's outputs may get ready now
+        (Model.expect_request: a stub polls instead of sleeping, when there is CPU to
+        spare), so that the next step's request wakes nobody."""
+        for successor in self._graph.successors[step.index]:
+            if successor.index in self._unneeded:
+                continue
+            try:
+                self._find_model(successor.model_name, successor.version).expect_request()
+            except ServerError:
+                pass  # the step reports it when it runs
 
     def _model(self, step: Step) -> StepModel:
         try:

@@ -32,6 +32,8 @@ class EnsembleGraph:
     downstream: dict[int, frozenset[int]]
     # the steps reading only ensemble inputs: the first to run
     first: tuple[Step, ...]
+    # step index -> the steps reading what it writes (directly), of other models
+    successors: dict[int, tuple[Step, ...]]
 
     @property
     def model_names(self) -> list[str]:
@@ -72,4 +74,9 @@ def ensemble_graph(cfg: mc.ModelConfig) -> EnsembleGraph:
         downstream[step.index] = frozenset(seen)
     inputs = {io.name for io in cfg.input}
     first = tuple(s for s in steps if all(t in inputs for _, t in s.inputs))
-    return EnsembleGraph(steps, downstream, first)
+    successors = {
+        step.index: tuple(steps[i] for i in sorted({r for _, t in step.outputs
+                                                    for r in readers.get(t, ())})
+                          if steps[i].model_name != step.model_name)
+        for step in steps}
+    return EnsembleGraph(steps, downstream, first, successors)
