@@ -27,6 +27,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from fake_handle import FakeHandle
 from client_inputs import grpc_input as g_in
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
@@ -100,8 +101,11 @@ class FakeCore:
                 "model_transaction_policy": {"decoupled": name in self.DECOUPLED},
                 "parameters": {"k": {"string_value": "v"}}}
 
+    def model_handle(self, name: str, version: str = "") -> FakeHandle:
+        return FakeHandle(self, name, version)
+
     def expect_request(self, name: str, version: str = "") -> None:
-        self.expected.append((name, version))  # a hint: never raises, even unknown
+        self.expected.append((name, version))  # the handle's hint
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         self._check(name, version)

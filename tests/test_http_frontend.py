@@ -32,6 +32,7 @@ from pbserve.server.http.server import start_http_server, start_metrics_server
 from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.http.messages import HttpReply, HttpStreamReply
 from pbserve.server.http.protocol import HttpConnection
+from fake_handle import FakeHandle
 
 NUMPY = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
          "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
@@ -97,8 +98,11 @@ class FakeCore:
         return {"name": name, "backend": "python", "max_batch_size": 0,
                 "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}]}
 
+    def model_handle(self, name: str, version: str = "") -> FakeHandle:
+        return FakeHandle(self, name, version)
+
     def expect_request(self, name: str, version: str = "") -> None:
-        self.expected.append((name, version))  # a hint: never raises, even unknown
+        self.expected.append((name, version))  # the handle's hint
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         self._check(name, version)

@@ -13,6 +13,28 @@ from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse
 
 
+class ModelHandle(Protocol):
+    """One model (and version) as a frontend's request sees it, resolved once by
+    `InferenceCore.model_handle`: the hint, the transaction policy and the entry points
+    need no further lookup by name."""
+
+    @property
+    def decoupled(self) -> bool: ...
+
+    def expect(self) -> None:
+        """A request for this model is being decoded: an idle instance may get ready for
+        it. Never raises."""
+        ...
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """As `InferenceCore.infer`, for this model."""
+        ...
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """As `InferenceCore.stream_infer`, for this model."""
+        ...
+
+
 class InferenceCore(Protocol):
     # The regions clients registered (Triton's shared-memory extensions); an infer
     # request naming one (`uses_shm`) has them resolved by the core.
@@ -43,6 +65,11 @@ class InferenceCore(Protocol):
         """The model's (completed) config as Triton prints it as JSON."""
         ...
 
+    def model_handle(self, name: str, version: str = "") -> ModelHandle:
+        """The model serving `name` (and `version`, "" = its policy's latest), resolved
+        for one request; NOT_FOUND or UNAVAILABLE as the other methods say."""
+        ...
+
     def is_decoupled(self, name: str, version: str = "") -> bool: ...
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
@@ -59,12 +86,6 @@ class InferenceCore(Protocol):
         ...
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
-
-    def expect_request(self, name: str, version: str = "") -> None:
-        """A hint, given as soon as a frontend knows the model of a request it is still
-        decoding: an idle instance may get ready for it. Never raises; a core that
-        cannot use it does nothing."""
-        ...
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """One response for a non-decoupled model; errors of the model come back as

@@ -57,6 +57,44 @@ EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "seq
               "generate", "logging", "trace"]
 
 
+class LoadedModel:
+    """A loaded model (or ensemble) resolved for one request (api.ModelHandle): the
+    client shared-memory regions a request names are resolved and held around it."""
+
+    __slots__ = ("_model", "_shm", "decoupled")
+
+    def __init__(self, model: Model | EnsembleModel, shm: SharedMemoryManager) -> None:
+        self._model = model
+        self._shm = shm
+        self.decoupled = model.decoupled
+
+    def expect(self) -> None:
+        self._model.expect_request()
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if not request.uses_shm:
+            return await self._model.infer(request)
+        self._shm.resolve(request)
+        try:
+            return await self._model.infer(request)
+        finally:
+            request.release_shm()  # a no-op once the request was queued: it holds them
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        if not request.uses_shm:
+            return self._model.stream_infer(request)
+        return self._stream_holding_shm(request)
+
+    async def _stream_holding_shm(self, request: InferRequest
+                                  ) -> AsyncIterator[InferResponse]:
+        self._shm.resolve(request)  # here: released by the finally below
+        try:
+            async for response in self._model.stream_infer(request):
+                yield response
+        finally:
+            request.release_shm()
+
+
 @dataclass
 class ModelEntry:
     """What the index says of one model name, and its loaded versions."""
@@ -277,30 +315,16 @@ class ModelManager:
         return metrics.render(self.model_counters()) + self._calls.custom_metrics.render()
 
     # -- InferenceCore: inference ------------------------------------------------------
+    def model_handle(self, name: str, version: str = "") -> "LoadedModel":
+        return LoadedModel(self.model(name, version), self.shared_memory)
+
     async def infer(self, request: InferRequest) -> InferResponse:
-        model = self.model(request.model_name, request.model_version)
-        if not request.uses_shm:
-            return await model.infer(request)
-        self.shared_memory.resolve(request)
-        try:
-            return await model.infer(request)
-        finally:
-            request.release_shm()  # a no-op once the request was queued: it holds them
+        return await self.model_handle(request.model_name, request.model_version
+                                       ).infer(request)
 
     def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        model = self.model(request.model_name, request.model_version)
-        if not request.uses_shm:
-            return model.stream_infer(request)
-        return self._stream_holding_shm(model, request)
-
-    async def _stream_holding_shm(self, model: Model, request: InferRequest
-                                  ) -> AsyncIterator[InferResponse]:
-        self.shared_memory.resolve(request)  # here: released by the finally below
-        try:
-            async for response in model.stream_infer(request):
-                yield response
-        finally:
-            request.release_shm()
+        return self.model_handle(request.model_name, request.model_version
+                                 ).stream_infer(request)
 
     def _all_instances(self) -> Iterator[ModelInstance]:
         for entry in self._entries.values():
@@ -313,13 +337,6 @@ class ModelManager:
             for model in entry.versions.values():
                 for instance in model.instances:
                     instance.forget_region(token)
-
-    def expect_request(self, name: str, version: str = "") -> None:
-        try:
-            model = self.model(name, version)
-        except ServerError:
-            return  # the request's own lookup reports it
-        model.expect_request()
 
     def model(self, name: str, version: str = "") -> Model | EnsembleModel:
         """The loaded model serving `name` (and `version`, "" = latest); NOT_FOUND else."""

@@ -107,8 +107,8 @@ class PlaneCore:
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return self._entry(name, version)["config"]
 
-    def expect_request(self, name: str, version: str = "") -> None:
-        """Nothing to get ready here: the model runs on a worker."""
+    def model_handle(self, name: str, version: str = "") -> "PlaneModel":
+        return PlaneModel(self, self.is_decoupled(name, version))
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         policy = self._entry(name, version)["config"].get("model_transaction_policy") or {}
@@ -275,3 +275,22 @@ class PlaneCore:
                               f"no heartbeat within the registry's TTL")
         if not worker and not self._serves(model):
             raise unavailable(f"no worker serves model '{model}' any more")
+
+
+class PlaneModel:
+    """A model some worker serves, resolved for one request (api.ModelHandle)."""
+
+    __slots__ = ("_plane", "decoupled")
+
+    def __init__(self, plane: PlaneCore, decoupled: bool) -> None:
+        self._plane = plane
+        self.decoupled = decoupled
+
+    def expect(self) -> None:
+        """Nothing to get ready here: the model runs on a worker."""
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return await self._plane.infer(request)
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        return self._plane.stream_infer(request)

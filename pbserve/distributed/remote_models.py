@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator
 
+from pbserve.backend.api import ModelHandle
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.distributed.frontend import PlaneCore
@@ -110,6 +111,11 @@ class RoutingCore:
     def is_decoupled(self, name: str, version: str = "") -> bool:
         core = self._plane if self._remote(name, version) else self._manager
         return core.is_decoupled(name, version)
+
+    def model_handle(self, name: str, version: str = "") -> ModelHandle:
+        if self._remote(name, version):
+            return self._plane.model_handle(name, version)
+        return self._manager.model_handle(name, version)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if self._remote(request.model_name, request.model_version):

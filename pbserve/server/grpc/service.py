@@ -113,11 +113,12 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                 f"bytes): {exc}"))
         try:
             version = model_version(request.model_version)
-            core.expect_request(request.model_name, version)
-            if core.is_decoupled(request.model_name, version):
+            served = core.model_handle(request.model_name, version)
+            served.expect()
+            if served.decoupled:
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
             infer_request, _ = decode_infer_request(request, version, raw)
-            response = await core.infer(infer_request)
+            response = await served.infer(infer_request)
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             await self._fail(context, "ModelInfer", exc)
         if response.error is not None:

@@ -30,7 +30,7 @@ from contextlib import aclosing
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.api import InferenceCore
+from pbserve.backend.api import InferenceCore, ModelHandle
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ServerError, internal
 from pbserve.server.error_log import ErrorLog
@@ -129,19 +129,20 @@ class StreamSession:
         requests refused before inference) keep their place in the response order."""
         try:
             version = model_version(request.model_version)
-            decoupled = self._core.is_decoupled(request.model_name, version)
+            served = self._core.model_handle(request.model_name, version)
             infer_request, empty_final = decode_infer_request(request, version)
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
-            decoupled, infer_request, empty_final, error = False, None, False, exc
+            served, infer_request, empty_final, error = None, None, False, exc
         else:
             error = None
-        if decoupled:
+        if served is not None and served.decoupled:
             assert infer_request is not None
-            coro = self._serve_decoupled(request, infer_request, empty_final)
+            coro = self._serve_decoupled(request, served, infer_request, empty_final)
         else:
             previous = self._ordered_tail
             mine = self._ordered_tail = asyncio.get_running_loop().create_future()
-            coro = self._serve_ordered(request, infer_request, error, previous, mine)
+            coro = self._serve_ordered(request, served, infer_request, error, previous,
+                                       mine)
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
@@ -159,15 +160,15 @@ class StreamSession:
         if not self._reading and not self._tasks:
             self._outbox.put_nowait(_END)
 
-    async def _serve_ordered(self, request: pb.ModelInferRequest,
+    async def _serve_ordered(self, request: pb.ModelInferRequest, served: ModelHandle | None,
                              infer_request: InferRequest | None, error: Exception | None,
                              previous: asyncio.Future | None, mine: asyncio.Future) -> None:
         try:
-            if infer_request is None:
+            if served is None or infer_request is None:
                 failure = error_of(error)  # type: ignore[arg-type]
                 message = refused_message(request, failure)
             else:
-                message, failure = await self._infer(request, infer_request)
+                message, failure = await self._infer(request, served, infer_request)
             if previous is not None and not previous.done():
                 await previous
             if failure is not None and self._grpc_error:
@@ -178,11 +179,12 @@ class StreamSession:
             if not mine.done():
                 mine.set_result(None)
 
-    async def _infer(self, request: pb.ModelInferRequest, infer_request: InferRequest
+    async def _infer(self, request: pb.ModelInferRequest, served: ModelHandle,
+                     infer_request: InferRequest
                      ) -> tuple[pb.ModelStreamInferResponse, ServerError | None]:
         """The response message, and the error it carries (None when it is data)."""
         try:
-            response = await self._core.infer(infer_request)
+            response = await served.infer(infer_request)
             try:
                 return response_message(request, response), response.error
             finally:
@@ -191,11 +193,11 @@ class StreamSession:
             failure = self._errors.request_failed("ModelStreamInfer", exc)
             return refused_message(request, failure), failure
 
-    async def _serve_decoupled(self, request: pb.ModelInferRequest,
+    async def _serve_decoupled(self, request: pb.ModelInferRequest, served: ModelHandle,
                                infer_request: InferRequest, empty_final: bool) -> None:
         put = self._outbox.put_nowait
         try:
-            async with aclosing(self._core.stream_infer(infer_request)) as responses:
+            async with aclosing(served.stream_infer(infer_request)) as responses:
                 async for response in responses:
                     try:
                         if is_flag_only(response):

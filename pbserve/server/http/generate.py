@@ -10,7 +10,7 @@ key per output (a single element unwrapped from its list).
 /generate answers one JSON object and needs exactly one response from the model;
 /generate_stream answers server-sent events, `data: {...}\\n\\n` per response (an
 error mid-stream is `data: {"error": ...}`), the HTTP status being that of the first.
-Decoupled models run through `core.stream_infer`, the others through `core.infer`.
+Decoupled models run through the model handle's `stream_infer`, the others its `infer`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pbserve.backend.api import InferenceCore
+from pbserve.backend.api import InferenceCore, ModelHandle
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg
 from pbserve.server.http import codec
@@ -38,7 +38,7 @@ async def handle_generate(core: InferenceCore, request: HttpRequest, model: str,
                           max_input: int) -> HttpReply | HttpStreamReply:
     metadata = core.model_metadata(model, version)
     infer_request = build_request(model, version, metadata, _body(request, max_input))
-    responses = _responses(core, infer_request, core.is_decoupled(model, version))
+    responses = _responses(core.model_handle(model, version), infer_request)
     if streaming:
         return await _stream_reply(responses)
     return await _single_reply(responses)
@@ -113,13 +113,13 @@ def fit_shape(name: str, dims: list[int], count: int) -> list[int]:
 
 # --- responses -------------------------------------------------------------------------
 
-async def _responses(core: InferenceCore, request: InferRequest,
-                     decoupled: bool) -> AsyncIterator[InferResponse]:
+async def _responses(served: ModelHandle, request: InferRequest
+                     ) -> AsyncIterator[InferResponse]:
     """The model's responses, without a decoupled model's flag-only final one."""
-    if not decoupled:
-        yield await core.infer(request)
+    if not served.decoupled:
+        yield await served.infer(request)
         return
-    stream = core.stream_infer(request)
+    stream = served.stream_infer(request)
     try:
         async for response in stream:
             if response.outputs or response.error is not None or response.parameters:

@@ -51,13 +51,14 @@ def split_body(request: HttpRequest, max_input: int) -> tuple[object, memoryview
 
 async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
                        version: str, max_input: int) -> HttpReply:
-    core.expect_request(model, version)
-    if core.is_decoupled(model, version):
+    served = core.model_handle(model, version)
+    served.expect()
+    if served.decoupled:
         raise ServerError(ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models "
                           "with decoupled transaction policy")
     header, binary = split_body(request, max_input)
     infer_request, plan = codec.decode_infer_request(model, version, header, binary)
-    response = await core.infer(infer_request)
+    response = await served.infer(infer_request)
     try:
         return response_reply(response, plan, request.headers.get(b"accept-encoding"))
     except BaseException:
