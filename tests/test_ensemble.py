@@ -244,3 +244,23 @@ def test_the_sentiment_example(tmp_path):
         assert ready == {"sentiment", "sentiment_preprocess", "add_sub",
                          "sentiment_postprocess"}
         client.close()
+
+
+def test_a_traced_ensemble_request_traces_its_steps_as_children(tmp_path):
+    import json
+    repo = write_repository(tmp_path / "repo")
+    trace_file = tmp_path / "trace.json"
+    args = ["--trace-config", f"triton,file={trace_file}", "--trace-config",
+            "level=TIMESTAMPS", "--trace-config", "rate=1", "--model-control-mode",
+            "explicit", "--load-model", "chain3"]
+    with running_server(repo, args=args) as srv:
+        client = srv.http_client()
+        client.infer("chain3", [h_in("INPUT0", fp32(1))], request_id="r1")
+        client.close()
+    records = json.loads(trace_file.read_text())
+    heads = [r for r in records if "model_name" in r]
+    ensemble = [r for r in heads if r["model_name"] == "chain3"]
+    assert len(ensemble) == 1 and ensemble[0]["parent_id"] == 0
+    steps = [r for r in heads if r["parent_id"] == ensemble[0]["id"]]
+    assert sorted(r["model_name"] for r in steps) == ["s_add", "s_identity", "s_identity"]
+    assert all(r["request_id"] == "r1" for r in heads)

@@ -243,7 +243,7 @@ class Model:
                 f"[request id: {request.id or '<id_unknown>'}] model '{self.name}' is using "
                 f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
                 f"HTTP generate_stream) to receive its responses"))
-        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
+        trace = self._trace(request)
         pending = self._submit(request, streaming=False, descs=descs) if trace is None \
             else self._traced_submit(trace, request, False, descs)
         assert pending.future is not None
@@ -262,7 +262,7 @@ class Model:
                            ) -> AsyncIterator[InferResponse]:
         """The request's responses, the final one last. `on_submit` gets the queued
         request (for `ask_to_cancel`)."""
-        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
+        trace = self._trace(request)
         pending = self._submit(request, streaming=True, descs=descs) if trace is None \
             else self._traced_submit(trace, request, True, descs)
         if on_submit is not None:
@@ -284,6 +284,14 @@ class Model:
         finally:
             if not pending.done:
                 self.cancel(pending)
+
+    def _trace(self, request: InferRequest) -> Trace | None:
+        """The request's trace, if sampled: a child of the trace of the request it is
+        made for (an ensemble's step), else by the model's trace setting."""
+        parent = request._trace_parent
+        if parent is not None:
+            return parent.child(self.name, self.version, request.id)
+        return TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
 
     def _traced_submit(self, trace: Trace, request: InferRequest, streaming: bool,
                        descs: tuple | None) -> PendingRequest:

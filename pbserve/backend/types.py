@@ -8,7 +8,7 @@ numpy objects built by the backend, nor shm internals: only buffers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 from pbserve.errors import ServerError
 
@@ -65,6 +65,9 @@ class InferRequest:
     uses_shm: bool = False
     # Releases the regions this request holds; the request's PendingRequest takes it.
     _shm_release: Callable[[], None] | None = field(default=None, repr=False)
+    # The trace of the request this one is made for (an ensemble's step): this one's is
+    # its child (observability/tracing.py Trace).
+    _trace_parent: Any = field(default=None, repr=False)
 
     def release_shm(self) -> None:
         release, self._shm_release = self._shm_release, None

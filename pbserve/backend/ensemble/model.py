@@ -23,6 +23,7 @@ from pbserve.backend.ensemble.validation import validate_ensemble
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
+from pbserve.backend.observability.tracing import TRACER
 from pbserve.backend.scheduling.validation import RequestValidator
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
@@ -174,11 +175,13 @@ class EnsembleModel:
         request (None: it succeeded). Counts the ensemble's statistics."""
         batch = self._validator.validate(request)
         arrival = time.monotonic_ns()
+        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
         stats = self.stats
         stats.pending += 1
         blocks: list = []
         error: ServerError | None = None
         run: EnsembleRun | None = None
+        started = 0
         task = asyncio.current_task()
         if task is not None:
             self._runs.add(task)
@@ -192,7 +195,8 @@ class EnsembleModel:
                     self._unneeded.clear()
                 unneeded = self._unneeded[key] = self.graph.unneeded(outputs)
             run = EnsembleRun(self.name, self.version, self.graph, self._find_model,
-                              request, outputs, emit, unneeded)
+                              request, outputs, emit, unneeded, trace)
+            started = time.monotonic_ns()
             await run.run(inputs)
         except StepError as err:
             error = err.error
@@ -205,6 +209,8 @@ class EnsembleModel:
                 self._refs.drop((block.region, block.offset))
             if task is not None:
                 self._runs.discard(task)
+            if trace is not None:
+                trace.finish(arrival, started, time.monotonic_ns())
         stats.pending -= 1
         took_us = (time.monotonic_ns() - arrival) // 1000
         stats.request_us += took_us

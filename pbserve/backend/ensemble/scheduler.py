@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from pbserve.backend.ensemble.steps import EnsembleGraph, Step
 from pbserve.backend.types import Buffer, InferRequest, InferResponse, ShmRef, TensorData
@@ -83,8 +83,9 @@ class EnsembleRun:
     def __init__(self, name: str, version: str, graph: EnsembleGraph,
                  find_model: Callable[[str, str], StepModel], request: InferRequest,
                  outputs: list[str], emit: Callable[[InferResponse], None],
-                 unneeded: frozenset[int] = frozenset()) -> None:
-        """`unneeded`: steps that make none of `outputs` (they do not run)."""
+                 unneeded: frozenset[int] = frozenset(), trace: Any = None) -> None:
+        """`unneeded`: steps that make none of `outputs` (they do not run); `trace`: the
+        request's trace (each step's is its child)."""
         self._name = name
         self._version = version
         self._graph = graph
@@ -93,6 +94,7 @@ class EnsembleRun:
         self._outputs = outputs
         self._emit = emit
         self._unneeded = unneeded
+        self._trace = trace
         # ensemble output -> the client region the step writing it writes it into
         self._output_shm = request.output_shm or {}
         self.step_ns = 0  # the steps' time, from their submission to their last response
@@ -232,7 +234,7 @@ class EnsembleRun:
             requested_outputs=step.requested, parameters=request.parameters,
             correlation_id=request.correlation_id, flags=request.flags,
             priority=request.priority, timeout_us=request.timeout_us,
-            output_shm=output_shm), tuple(descs)
+            output_shm=output_shm, _trace_parent=self._trace), tuple(descs)
 
     @staticmethod
     def _add_outputs(step: Step, response: InferResponse, env: dict[str, Value],

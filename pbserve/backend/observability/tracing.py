@@ -49,16 +49,23 @@ class _Sampler:
 class Trace:
     """One sampled request's timestamps; `finish` hands it to its sampler."""
 
-    __slots__ = ("id", "model_name", "model_version", "request_id", "stamps", "_tracer",
-                 "_owner")
+    __slots__ = ("id", "parent_id", "model_name", "model_version", "request_id", "stamps",
+                 "_tracer", "_owner")
 
     def __init__(self, tracer: "Tracer", owner: str, trace_id: int, model_name: str,
-                 model_version: str, request_id: str) -> None:
+                 model_version: str, request_id: str, parent_id: int = 0) -> None:
         self._tracer, self._owner = tracer, owner
         self.id = trace_id
+        self.parent_id = parent_id
         self.model_name, self.model_version, self.request_id = (
             model_name, model_version, request_id)
         self.stamps: list[tuple[str, int]] = [("REQUEST_START", time.monotonic_ns())]
+
+    def child(self, model_name: str, model_version: str, request_id: str) -> "Trace":
+        """The trace of a request made for this one (an ensemble's step), as Triton
+        traces composing models: always, with this trace as its parent."""
+        return Trace(self._tracer, self._owner, self._tracer.new_id(), model_name,
+                     model_version, request_id, self.id)
 
     def finish(self, queue_start_ns: int, compute_start_ns: int, compute_end_ns: int) -> None:
         if queue_start_ns:  # 0: refused before it was queued
@@ -73,7 +80,7 @@ class Trace:
         version = int(self.model_version) if self.model_version.isdigit() else 0
         records: list[dict] = [{"id": self.id, "model_name": self.model_name,
                                 "model_version": version, "request_id": self.request_id,
-                                "parent_id": 0}]
+                                "parent_id": self.parent_id}]
         records += [{"id": self.id, "timestamps": [{"name": name, "ns": ns}]}
                     for name, ns in self.stamps]
         return records
@@ -154,6 +161,11 @@ class Tracer:
                 self._refresh()
             self._next_id += 1
             return Trace(self, owner, self._next_id, model_name, model_version, request_id)
+
+    def new_id(self) -> int:
+        with self._lock:
+            self._next_id += 1
+            return self._next_id
 
     def _collect(self, owner: str, records: list[dict]) -> None:
         with self._lock:
