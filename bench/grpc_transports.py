@@ -1,9 +1,11 @@
 """Which HTTP/2 transport serves Triton's gRPC API fastest here? Bare echoes, one run.
 
-    pip install pyvoy granian grpclib hypercorn h2 'uvicorn>=0.54'   # bench only (zttp: pbserve's)
     flock -x /tmp/pbserve-cpu.lock python bench/grpc_transports.py [--rounds 3]
-        [--transports grpcio-aio,h2,...] [--rows 64B|16MiB|...]
-    ... --no-smoke --baseline pbserve --transports pbserve,pbserve-pyvoy   # pbserve's core
+        [--transports grpcio-aio,zttp,...] [--rows 64B|16MiB|...]
+    ... --transports grpcio-aio,zttp,pbserve,pbserve-grpcio   # + pbserve, on the anchor models
+
+(the h2, grpclib, hypercorn, uvicorn, pyvoy and granian echoes of the first comparison,
+docs/performance.md, are in git history at 70c8ac7)
 
 Each transport in `bench/grpc_echo/` answers the same RPCs with the same bytes (no model,
 no stub: INPUT0's raw bytes back as OUTPUT0). perf_analyzer (the anchor build,
@@ -38,9 +40,9 @@ from proc_cpu import tree_cpu_s
 
 HERE = Path(__file__).resolve().parent
 ENV_ANCHOR = Path("/work/shared/perf/env_anchor.sh")
+ANCHOR_MODELS = ENV_ANCHOR.with_name("anchor_models")  # the pbserve transports' ($PBSERVE_REPO)
 BASELINE = "grpcio-aio"
-TRANSPORTS = ["grpcio-aio", "grpcio-sync", "grpclib", "h2", "zttp", "hypercorn", "uvicorn-zttp",
-              "pyvoy", "granian"]
+TRANSPORTS = ["grpcio-aio", "grpcio-sync", "zttp"]
 SMALL, BIG = 16, 4194304
 # key, elements, concurrency, window ms, max trials
 ROWS = [("64B c=1", SMALL, 1, 1500, 6), ("64B c=8", SMALL, 8, 1500, 6),
@@ -69,7 +71,8 @@ class Echo:
         self._log = open(os.path.join(logdir, f"{transport}.log"), "ab")
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "grpc_echo" / "serve.py"), transport, str(self.port)],
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={"PBSERVE_REPO": str(ANCHOR_MODELS), **os.environ})
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until the port accepts connections (whether it speaks gRPC is smoke's job)."""
@@ -208,7 +211,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--baseline", default=BASELINE, help="the transport ratios are taken to")
     ap.add_argument("--no-smoke", action="store_true",
-                    help="skip the smoke check (pbserve-* prototypes serve no streams)")
+                    help="skip the smoke check")
     args = ap.parse_args()
     transports = args.transports.split(",")
     if args.baseline not in transports:

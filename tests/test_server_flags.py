@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pbserve.ignored_flags import IGNORED
+from pbserve.cli.ignored_flags import IGNORED
 from pbserve.testing import free_ports, running_server
 
 MODELS = Path(__file__).parent / "models_ext"

@@ -1,5 +1,7 @@
-"""Bare echoes of Triton's GRPCInferenceService, one per HTTP/2 transport (bench only).
+"""Bare echoes of Triton's GRPCInferenceService on grpcio and zttp (bench only).
 
-Every echo answers the same RPCs with the same bytes (`echo.answer`); only the transport
-differs. `serve.py TRANSPORT PORT` runs one; `../grpc_transports.py` measures them.
+Every echo answers the same RPCs with the same bytes (`echo.py`); only the transport
+differs. `serve.py TRANSPORT PORT` runs one; `../grpc_transports.py` measures them,
+`features.py` checks what each gives, `vs_server.py` puts one beside pbserve in vs.py.
+See README.md.
 """

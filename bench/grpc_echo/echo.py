@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from google.protobuf import text_format
@@ -20,8 +19,8 @@ SERVICE = "inference.GRPCInferenceService"
 PREFIX = f"/{SERVICE}/"
 STREAM_METHOD = f"{PREFIX}ModelStreamInfer"
 MODEL = "identity_fp32"
-CONFIG_PBTXT = Path("/work/shared/perf/anchor_models/identity_fp32/config.pbtxt")
-_CONFIG_FALLBACK = """
+# The anchor model's config (../shared/perf/anchor_models), as Triton reads it.
+_CONFIG = """
 name: "identity_fp32"
 backend: "python"
 max_batch_size: 0
@@ -32,8 +31,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 
 
 def _model_config() -> mc.ModelConfig:
-    text = CONFIG_PBTXT.read_text() if CONFIG_PBTXT.exists() else _CONFIG_FALLBACK
-    config = text_format.Parse(text, mc.ModelConfig())
+    config = text_format.Parse(_CONFIG, mc.ModelConfig())
     config.version_policy.latest.num_versions = 1  # as Triton fills it in
     return config
 
@@ -167,7 +165,7 @@ def answer_unary(path: str, requests: list[bytes]) -> bytes:
 
 
 def take(call: Any, data: bytes, send: Callable[[bytes], None]) -> None:
-    """A call's DATA (for the HTTP/2 servers on h2 and zttp): each whole message of a
+    """A call's DATA (for the zttp server): each whole message of a
     stream is answered at once through `send` (the cancellation probe gets no answer:
     `call.waiting`), a unary call's messages are kept in `call.requests` for its end."""
     messages = call.deframer.feed(data)

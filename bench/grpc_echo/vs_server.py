@@ -5,18 +5,15 @@ figure on a gRPC row comes from the yardstick's own harness, beside pbserve:
         --b-name grpcio-echo --rows gRPC
 
 It takes tritonserver's flags as vs.py passes them, serves the echo of TRANSPORT
-(serve.py's names) on --grpc-port, and answers vs.py's readiness probes
-(`/v2/health/ready`, `/v2/models/NAME/ready`) on --http-port from a thread; everything
-else on that port is 404. The echo answers no statistics, so vs.py's srv-inf column is
-"-" for it.
+(serve.py's echoes: grpcio-aio, grpcio-aio-asyncio, grpcio-sync, zttp) on --grpc-port,
+and answers vs.py's readiness probes (`/v2/health/ready`, `/v2/models/NAME/ready`) on
+--http-port from a thread; everything else on that port is 404. The echo answers no
+statistics, so vs.py's srv-inf column is "-" for it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
 import http.server
 import sys
 import threading
@@ -29,8 +26,8 @@ _GRPC_URL: list[str] = []
 
 
 def _grpc_ready() -> bool:
-    """Whether the server on --grpc-port answers ServerReady (a server whose models load
-    at start, such as pbserve on pyvoy, is not ready when its HTTP/2 port opens)."""
+    """Whether the echo on --grpc-port answers ServerReady yet (the probes get 404 until
+    it does)."""
     import tritonclient.grpc as grpcclient
 
     try:
@@ -57,20 +54,12 @@ def main() -> None:
     ap.add_argument("transport")
     ap.add_argument("--grpc-port", type=int, required=True)
     ap.add_argument("--http-port", type=int, required=True)
-    ap.add_argument("--model-repository")
+    ap.add_argument("--model-repository")  # vs.py passes one; the echo has its own model
     args, _ = ap.parse_known_args()  # the rest of tritonserver's flags mean nothing here
     _GRPC_URL.append(f"127.0.0.1:{args.grpc_port}")
-    if args.model_repository:
-        os.environ["PBSERVE_REPO"] = args.model_repository
     ready = http.server.HTTPServer(("127.0.0.1", args.http_port), _Ready)
     threading.Thread(target=ready.serve_forever, daemon=True).start()
     sys.argv = [sys.argv[0], args.transport, str(args.grpc_port)]
-    if "pyvoy" in args.transport:  # pyvoy execs Envoy: keep this process for the probes
-        child = subprocess.Popen([sys.executable, "-m", "grpc_echo.serve", *sys.argv[1:]],
-                                 env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda s, _f: child.send_signal(s))
-        sys.exit(child.wait())
     from grpc_echo.serve import main as serve
 
     serve()

@@ -1,47 +1,32 @@
-"""`pbserve`: the server, with tritonserver's command-line flags."""
+"""The argument parser: tritonserver's flags and pbserve's own (the trace flags and
+the ignored ones have their tables in trace_flags.py and ignored_flags.py)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
-import logging
 import os
-import signal
-import sys
-from pathlib import Path
 
-from pbserve.backend.api import InferenceCore
-from pbserve.backend.config.config_sources import ConfigSources
-from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
-from pbserve.backend.manager import ModelManager
 from pbserve.backend.scheduling.outage import RESTART_WAIT_S
-from pbserve.backend.observability.tracing import TRACER
-from pbserve.ignored_flags import add_ignored_flags, warn_ignored
+from pbserve.cli.ignored_flags import add_ignored_flags
+from pbserve.cli.trace_flags import add_trace_flags
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV
-from pbserve.trace_flags import add_trace_flags, configure_tracing
-from pbserve.server.grpc.server import TRANSPORTS, start_grpc_server
-from pbserve.shutdown import shut_down
-from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.grpc.server import TRANSPORTS
 from pbserve.server.http.limits import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_INPUT_SIZE,
-    HttpLimits,
 )
-from pbserve.server.restrictions import CATEGORIES, GRPC_KEY_PREFIX
-from pbserve.server.restrictions import parse as parse_restrictions
-from pbserve.server.tls import TlsConfig
-
-log = logging.getLogger("pbserve")
+from pbserve.server.restrictions import CATEGORIES
 
 
 def _bool(text: str) -> bool:
+    """tritonserver's booleans: 1, true, yes or on (any case); anything else is false."""
     return text.lower() in ("1", "true", "yes", "on")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every flag pbserve takes, with tritonserver's defaults where it has the flag."""
     parser = argparse.ArgumentParser(
         prog="pbserve", description="Serve Triton Python-backend models (tritonserver's flags).")
     add = parser.add_argument
@@ -165,159 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(args: argparse.Namespace) -> None:
-    """The log settings of the flags; `/v2/logging` changes them later (log_settings.py)."""
-    SERVER_LOG.install(LogSettings(
-        log_file=args.log_file, log_info=args.log_info, log_warning=args.log_warning,
-        log_error=args.log_error, log_verbose_level=max(args.log_verbose, 0),
-        log_format=args.log_format))
-
-
-def auto_complete(args: argparse.Namespace) -> bool:
-    """Whether models' `auto_complete_config` runs (--disable-auto-complete-config, or
-    the older --strict-model-config=true, turns it off)."""
-    if args.strict_model_config is not None:
-        return not args.strict_model_config
-    return not args.disable_auto_complete_config
-
-
-def http_limits(args: argparse.Namespace) -> HttpLimits:
-    """The HTTP limits the flags ask for; SystemExit with the flag's error if invalid."""
-    try:
-        return HttpLimits(max_input_size=args.http_max_input_size,
-                          header_timeout_s=args.http_header_timeout_secs,
-                          body_timeout_s=args.http_body_timeout_secs,
-                          keepalive_timeout_s=args.http_keepalive_timeout_secs,
-                          max_connections=args.http_max_connections)
-    except ValueError as exc:
-        raise SystemExit(f"Error: {exc}") from None
-
-
-def tls_config(args: argparse.Namespace, proto: str) -> TlsConfig | None:
-    """The TLS settings of `proto` ("http" or "grpc"); SystemExit naming what is wrong."""
-    try:
-        return TlsConfig.from_flags(
-            proto, getattr(args, f"{proto}_use_ssl"), getattr(args, f"{proto}_use_ssl_mutual"),
-            getattr(args, f"{proto}_server_cert"), getattr(args, f"{proto}_server_key"),
-            getattr(args, f"{proto}_root_cert"))
-    except ValueError as exc:
-        raise SystemExit(f"Error: {exc}") from None
-
-
-def restricted(args: argparse.Namespace) -> tuple[dict, dict]:
-    """The HTTP and gRPC restrictions; SystemExit with Triton's message if malformed."""
-    try:
-        return (parse_restrictions(args.http_restricted_api, "http-restricted-api"),
-                parse_restrictions(args.grpc_restricted_protocol, "grpc-restricted-protocol",
-                                   GRPC_KEY_PREFIX, "protocol"))
-    except ValueError as exc:
-        raise SystemExit(f"Error: {exc}") from None
-
-
-async def serve(args: argparse.Namespace) -> int:
-    limits = http_limits(args)
-    http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
-    http_restricted, grpc_restricted = restricted(args)
-    warn_ignored(args)
-    manager = ModelManager([Path(p) for p in args.model_repository],
-                           control_mode=args.model_control_mode,
-                           startup_models=args.load_model,
-                           auto_complete=auto_complete(args),
-                           config_sources=ConfigSources.from_files(
-                               args.model_config_defaults, args.backend_config),
-                           poll_secs=args.repository_poll_secs,
-                           allow_client_shm=args.allow_client_shm,
-                           restart_wait_s=args.restart_wait_secs
-                           ) if args.model_repository else None
-    core: InferenceCore | None = manager
-    node = None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    if manager is not None:
-        manager.strict_readiness = args.strict_readiness
-        manager.load_thread_count = args.model_load_thread_count
-    servers = []
-    try:
-        if manager is not None:
-            await manager.start()
-            failed = manager.failed_models()
-            if failed and args.exit_on_error:
-                log.error("failed to load all models (%s); exiting (--exit-on-error=false "
-                          "serves the others)", ", ".join(failed))
-                return 1
-        if args.request_plane:
-            # only with a plane: imports nats
-            from pbserve.distributed.node import DataPlaneSettings, Node
-
-            from pbserve.distributed.request_plane import ConnectionOptions, PlaneConnectError
-
-            data_plane = DataPlaneSettings(args.data_plane_address,
-                                           args.plane_inline_max_bytes,
-                                           args.data_plane_ttl_secs,
-                                           args.http_max_input_size)
-            try:
-                node = await Node.start(args.request_plane, manager,
-                                        args.plane_heartbeat_secs, args.worker_name,
-                                        ConnectionOptions.from_args(args),
-                                        control_mode=args.model_control_mode,
-                                        data_plane=data_plane)
-            except PlaneConnectError as exc:
-                log.error("%s", exc)
-                return 1
-            core = node.core  # a worker's: its models, and the plane's for the others
-        assert core is not None
-        if args.allow_http:
-            servers.append(await start_http_server(core, args.http_address, args.http_port,
-                                                   limits, http_tls, http_restricted))
-            log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
-        if args.allow_grpc:
-            servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port,
-                                                   args.http_max_input_size, grpc_tls,
-                                                   grpc_restricted, args.grpc_transport))
-            log.info("Started GRPCInferenceService at %s:%d", args.grpc_address,
-                     args.grpc_port)
-        if args.allow_metrics:
-            servers.append(await start_metrics_server(core, args.metrics_address,
-                                                      args.metrics_port, limits))
-            log.info("Started Metrics Service at %s:%d", args.metrics_address,
-                     args.metrics_port)
-        # What start-up made (modules, configs, servers) lives as long as the server:
-        # out of the collector's sight, collections walk only what requests make.
-        gc.freeze()
-        await stop.wait()
-        log.info("Signal received: shutting down")
-    finally:
-        if node is not None:  # a worker leaves the plane first: no new requests
-            await node.stop_serving(args.exit_timeout_secs)
-        await shut_down(servers, manager, args.exit_timeout_secs)
-        if node is not None:
-            await node.close()
-        TRACER.close()
-    return 0
-
-
-def check_request_plane_options(args: argparse.Namespace) -> str:
-    """What is wrong with the --request-plane-* flags ('' when nothing): a file that
-    cannot be read, or the flags without --request-plane. Imports nothing of the plane
-    unless --request-plane is given."""
-    given = [name for name, value in vars(args).items()
-             if name.startswith("request_plane_") and value]
-    if not args.request_plane:
-        return ("--" + given[0].replace("_", "-") + " needs --request-plane") if given else ""
-    from pbserve.distributed.request_plane import ConnectionOptions
-
-    try:
-        ConnectionOptions.from_args(args).check()
-    except ValueError as exc:
-        return str(exc)
-    return ""
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`parser.error` (exit status 2) for flags that parse but do not fit together."""
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
     if args.plane_inline_max_bytes < 0 or args.data_plane_ttl_secs <= 0:
@@ -327,25 +161,3 @@ def main(argv: list[str] | None = None) -> int:
     if not port.isdigit() or int(port) > 65535:
         parser.error(f"--data-plane-address '{args.data_plane_address}': expected "
                      f"HOST[:PORT] (an IPv6 HOST in brackets)")
-    if plane_error := check_request_plane_options(args):
-        print(f"error: {plane_error}", file=sys.stderr)
-        return 1
-    try:
-        configure_logging(args)
-    except OSError as exc:
-        print(f"error: cannot open log file '{args.log_file}': {exc}", file=sys.stderr)
-        return 1
-    try:
-        configure_tracing(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works
-        return asyncio.run(serve(args))
-    return uvloop.run(serve(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """tritonserver's trace flags: `--trace-config [triton,]<setting>=<value>` (repeatable)
 and the older `--trace-file`, `--trace-level`, `--trace-rate`, `--trace-count`,
-`--trace-log-frequency`; they make the global trace setting (backend/tracing.py)."""
+`--trace-log-frequency`; they make the global trace setting (backend/observability/tracing.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pbserve.backend.observability.tracing import LEVELS, TRACER, TraceSetting
 
 
 def add_trace_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the trace flags to `parser`."""
     add = parser.add_argument
     add("--trace-config", action="append", default=[], metavar="[MODE,]SETTING=VALUE",
         help="rate=N, level=TIMESTAMPS|TENSORS|OFF (repeatable), count=N, mode=triton, "
@@ -54,4 +55,5 @@ def trace_setting(args: argparse.Namespace) -> TraceSetting:
 
 
 def configure_tracing(args: argparse.Namespace) -> None:
+    """Make the flags' setting the global one (ValueError as `trace_setting`)."""
     TRACER.configure(trace_setting(args))

@@ -1,0 +1,151 @@
+"""The server assembled: the model manager, the request-plane node, the HTTP, gRPC and
+metrics servers; run until SIGINT or SIGTERM, then stopped in order (shutdown.py).
+
+The command line (pbserve/cli/) parses and checks the flags first: `run` takes them
+checked, with the settings they derive (`DerivedSettings`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pbserve.backend.api import InferenceCore
+from pbserve.backend.config.config_sources import ConfigSources
+from pbserve.backend.manager import ModelManager
+from pbserve.backend.observability.tracing import TRACER
+from pbserve.server.grpc.server import start_grpc_server
+from pbserve.server.http.limits import HttpLimits
+from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.tls import TlsConfig
+from pbserve.shutdown import Frontend, shut_down
+
+if TYPE_CHECKING:  # the plane imports nats: only with --request-plane
+    from pbserve.distributed.node import Node
+
+log = logging.getLogger("pbserve")
+
+
+@dataclass(frozen=True)
+class DerivedSettings:
+    """What the server takes beyond the raw flags, made and checked from them
+    (pbserve/cli/settings.py)."""
+
+    limits: HttpLimits
+    http_tls: TlsConfig | None
+    grpc_tls: TlsConfig | None
+    http_restricted: dict
+    grpc_restricted: dict
+    auto_complete: bool
+
+
+def run(args: argparse.Namespace, settings: DerivedSettings) -> int:
+    """Serve until SIGINT or SIGTERM, on uvloop; the exit status."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works
+        return asyncio.run(serve(args, settings))
+    return uvloop.run(serve(args, settings))
+
+
+def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelManager | None:
+    """The model manager of --model-repository (None without: a frontend of the plane)."""
+    if not args.model_repository:
+        return None
+    manager = ModelManager([Path(p) for p in args.model_repository],
+                           control_mode=args.model_control_mode,
+                           startup_models=args.load_model,
+                           auto_complete=settings.auto_complete,
+                           config_sources=ConfigSources.from_files(
+                               args.model_config_defaults, args.backend_config),
+                           poll_secs=args.repository_poll_secs,
+                           allow_client_shm=args.allow_client_shm,
+                           restart_wait_s=args.restart_wait_secs)
+    manager.strict_readiness = args.strict_readiness
+    manager.load_thread_count = args.model_load_thread_count
+    return manager
+
+
+async def join_plane(args: argparse.Namespace, manager: ModelManager | None) -> Node | None:
+    """This process's node on --request-plane (None, logged, if it cannot connect)."""
+    from pbserve.distributed.node import DataPlaneSettings, Node
+
+    from pbserve.distributed.request_plane import ConnectionOptions, PlaneConnectError
+
+    data_plane = DataPlaneSettings(args.data_plane_address, args.plane_inline_max_bytes,
+                                   args.data_plane_ttl_secs, args.http_max_input_size)
+    try:
+        return await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
+                                args.worker_name, ConnectionOptions.from_args(args),
+                                control_mode=args.model_control_mode, data_plane=data_plane)
+    except PlaneConnectError as exc:
+        log.error("%s", exc)
+        return None
+
+
+async def start_servers(core: InferenceCore, args: argparse.Namespace,
+                        settings: DerivedSettings, servers: list[Frontend]) -> None:
+    """Start the HTTP, gRPC and metrics servers the --allow-* flags ask for, each added
+    to `servers` once started (what started is stopped even if a later one fails)."""
+    if args.allow_http:
+        servers.append(await start_http_server(core, args.http_address, args.http_port,
+                                               settings.limits, settings.http_tls,
+                                               settings.http_restricted))
+        log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+    if args.allow_grpc:
+        servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port,
+                                               args.http_max_input_size, settings.grpc_tls,
+                                               settings.grpc_restricted, args.grpc_transport))
+        log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
+    if args.allow_metrics:
+        servers.append(await start_metrics_server(core, args.metrics_address,
+                                                  args.metrics_port, settings.limits))
+        log.info("Started Metrics Service at %s:%d", args.metrics_address, args.metrics_port)
+
+
+async def serve(args: argparse.Namespace, settings: DerivedSettings) -> int:
+    """Start everything, wait for a signal, stop in order: a worker leaves the plane
+    first (no new requests), then the servers and the models (shutdown.py), then the
+    plane's connection; the exit status."""
+    manager = build_manager(args, settings)
+    core: InferenceCore | None = manager
+    node: Node | None = None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    servers: list[Frontend] = []
+    try:
+        if manager is not None:
+            await manager.start()
+            failed = manager.failed_models()
+            if failed and args.exit_on_error:
+                log.error("failed to load all models (%s); exiting (--exit-on-error=false "
+                          "serves the others)", ", ".join(failed))
+                return 1
+        if args.request_plane:
+            node = await join_plane(args, manager)
+            if node is None:
+                return 1
+            core = node.core  # a worker's: its models, and the plane's for the others
+        assert core is not None
+        await start_servers(core, args, settings, servers)
+        # What start-up made (modules, configs, servers) lives as long as the server:
+        # out of the collector's sight, collections walk only what requests make.
+        gc.freeze()
+        await stop.wait()
+        log.info("Signal received: shutting down")
+    finally:
+        if node is not None:  # a worker leaves the plane first: no new requests
+            await node.stop_serving(args.exit_timeout_secs)
+        await shut_down(servers, manager, args.exit_timeout_secs)
+        if node is not None:
+            await node.close()
+        TRACER.close()
+    return 0
