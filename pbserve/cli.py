@@ -15,7 +15,7 @@ from pbserve.backend.api import InferenceCore
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.manager import ModelManager
-from pbserve.backend.scheduling.outage import RESTART_WAIT_S
+from pbserve.backend.instances.outage import RESTART_WAIT_S
 from pbserve.backend.observability.tracing import TRACER
 from pbserve.ignored_flags import add_ignored_flags, warn_ignored
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV

@@ -16,14 +16,14 @@ from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
 from pbserve.backend.config.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
-from pbserve.backend.scheduling.outage import RESTART_WAIT_S, Outage
-from pbserve.backend.scheduling.pending import PendingRequest
+from pbserve.backend.instances.outage import RESTART_WAIT_S, Outage
+from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduling.scheduler import Scheduler
 from pbserve.backend.scheduling.sequence_batcher import SequenceBatcher
 from pbserve.backend.instances.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.observability.tracing import TRACER, Trace
-from pbserve.backend.scheduling.validation import RequestValidator
+from pbserve.backend.validation import RequestValidator
 from pbserve.backend.instances.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.instances.block_refs import BlockRefs

@@ -2,5 +2,6 @@
 (instance), the child process and its queues (stub_process), calls a stub makes of the
 parent, BLS among them (stub_calls, remote_calls), the parent's pool blocks (block_refs),
 private temp dirs (private_dir), giving shared memory back (shm_upkeep), warmup and the
-model's own readiness check (warmup, user_readiness), and the GPUs (gpus).
+model's own readiness check (warmup, user_readiness), the GPUs (gpus), and a model
+with no instance that can run (outage).
 """

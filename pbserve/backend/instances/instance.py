@@ -14,7 +14,7 @@ from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.observability.log_escape import escaped
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.polling.spare_cpu import MACHINE
-from pbserve.backend.scheduling.pending import PendingRequest
+from pbserve.backend.pending import PendingRequest
 from pbserve.backend.instances.stub_calls import StubCalls
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.types import InferResponse, ShmRef, TensorData

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.backend.instances.instance import RESCHEDULE_UNSUPPORTED, ModelInstance
-from pbserve.backend.scheduling.pending import PendingRequest
+from pbserve.backend.pending import PendingRequest
 from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
 
