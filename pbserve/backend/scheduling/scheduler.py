@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.instances.instance import RESCHEDULE_UNSUPPORTED, ModelInstance
+from pbserve.backend.instances.instance import ModelInstance
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
@@ -34,6 +34,8 @@ TIMEOUT_EXPIRED = "Request timeout expired"
 SHM_RETRY_S = 0.005  # /dev/shm was full: dispatching is tried again after this
 QUEUE_FULL = "Exceeds maximum queue size"
 _UNKNOWN_ID = "<id_unknown>"
+RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
+                          "while the model is not configured to handle such a flag.")
 
 
 def reject(pending: PendingRequest, code: ErrorCode, message: str) -> None:

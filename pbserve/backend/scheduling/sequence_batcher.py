@@ -36,10 +36,11 @@ from collections.abc import Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.instances.instance import RESCHEDULE_UNSUPPORTED, ModelInstance
+from pbserve.backend.instances.instance import ModelInstance
 from pbserve.backend.config.model_config import datatype_of
 from pbserve.backend.pending import PendingRequest
-from pbserve.backend.scheduling.scheduler import arm, choose_batch, reject
+from pbserve.backend.scheduling.scheduler import (
+    RESCHEDULE_UNSUPPORTED, arm, choose_batch, reject)
 from pbserve.backend.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
 from pbserve.errors import ErrorCode
 
