@@ -33,6 +33,7 @@ from pbserve.backend.instances.shm_upkeep import (
     SHM_WAIT_S, ShmUpkeep, shm_capacity, too_large_message, waited_message)
 from shm.region import ShmExhausted
 from shm.pool import Block, RegionMap
+from stub import protocol as p
 from tritonclient.grpc import model_config_pb2 as mc
 
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
@@ -127,8 +128,10 @@ class Model:
         batch_size = self._validator.validate(request)
         descs, blocks = self._copy_inputs(request, batch_size)
         key = next(_keys)
-        msg = (key, request.id, request.correlation_id, request.flags, "{}", 0,
-               self._output_names, descs, False, None)
+        msg = p.request_msg(key=key, request_id=request.id,
+                            correlation_id=request.correlation_id, flags=request.flags,
+                            parameters_json="{}", timeout_us=0, requested=self._output_names,
+                            inputs=descs, lendable=False, output_shm=None)
         return PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
                               streaming=self.decoupled)
 
@@ -391,8 +394,11 @@ class Model:
         # counts references, block_refs.py) and the model answers once per request.
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
-        msg = (key, request.id, request.correlation_id, request.flags, params,
-               request.timeout_us, requested, descs, lendable, output_shm)
+        msg = p.request_msg(key=key, request_id=request.id,
+                            correlation_id=request.correlation_id, flags=request.flags,
+                            parameters_json=params, timeout_us=request.timeout_us,
+                            requested=requested, inputs=descs, lendable=lendable,
+                            output_shm=output_shm)
         pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
                                  self._free_blocks, streaming)
         if not staged:
@@ -482,7 +488,7 @@ class Model:
             return self._shm_short(pending)
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
-        pending.inputs = (*msg[:7], descs, lendable, msg[9])
+        pending.inputs = p.with_inputs(msg, descs, lendable)
         pending.blocks.extend(blocks)
         pending.unstaged = None
         return True

@@ -10,6 +10,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.instances.events import InstanceEvents
@@ -99,6 +100,7 @@ class ModelInstance:
         self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
         self._announced_ns = -(2**62)  # when the stub was last told a request is coming (never)
         self._batch_sent_ns = 0
+        self._handlers = self._message_handlers()
 
     def configure(self, config_json: str, decoupled: bool) -> None:
         """Adopt the model's completed config (after auto-complete, before `start`)."""
@@ -235,7 +237,7 @@ class ModelInstance:
         frees = tuple(self._frees)
         # Sent first: the bookkeeping below runs while the stub works (its answer is
         # read on this loop, so after it).
-        stub.send((p.EXECUTE, batch_id, tuple([pr.inputs for pr in batch]), frees))
+        stub.send(p.execute(batch_id, tuple([pr.inputs for pr in batch]), frees))
         self._frees.clear()
         if not self.busy:  # else it waits in the stub's queue; it starts when that ends
             self._running.count += 1
@@ -274,15 +276,15 @@ class ModelInstance:
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
         """Answer a CALL of this stub (on its control queue)."""
-        self._supervisor.send_control((p.REPLY, call_id, error, value))
+        self._supervisor.send_control(p.reply(call_id, error, value))
 
     def reply_item(self, call_id: int, value: object, final: bool) -> None:
         """One answer of a streamed CALL of this stub."""
-        self._supervisor.send_control((p.STREAM_ITEM, call_id, value, final))
+        self._supervisor.send_control(p.stream_item(call_id, value, final))
 
     def forget_region(self, token: str) -> None:
         """A client region was unregistered: the stub drops its mapping, if it has one."""
-        self._supervisor.send_control((p.FORGET_REGION, token))
+        self._supervisor.send_control(p.forget_region(token))
 
     def send_control(self, message: tuple) -> None:
         """A message on the stub's control queue, if the stub is alive."""
@@ -292,44 +294,62 @@ class ModelInstance:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
         stub = self._supervisor.stub
         if key in self._inflight and stub is not None and stub.alive():
-            stub.send_control((p.CANCEL, key))
+            stub.send_control(p.cancel(key))
             self._calls.cancel_on_behalf(self, key)
 
+    # -- the stub's messages ------------------------------------------------------------
     def on_messages(self, batch: list[tuple]) -> None:
-        """The stub's messages (supervisor.StubHost)."""
+        """The stub's messages (supervisor.StubHost): each kind to its handler; the
+        others (READY, INIT_DONE, ...) answer a lifecycle step of the supervisor."""
+        handlers = self._handlers
         for message in batch:
-            kind = message[0]
-            if kind == p.RESPONSES:
-                self._on_responses(message[1], message[2], message[3], message[4])
-            elif kind == p.SEND:
-                self._on_send(message[1], message[2], message[3])
-            elif kind == p.BATCH_DONE:
-                self._on_batch_end(message[1], message[2], message[3])
-            elif kind == p.LOG:
-                self._on_log(message[1], message[2], message[3], message[4])
-            elif kind == p.CALL:
-                self._calls.handle(self, message[1], message[2], message[3])
-            elif kind == p.BLS_RELEASE:
-                self._calls.release(message[1])
-            elif kind == p.CALL_CANCEL:
-                self._calls.cancel(self, message[1])
-            elif kind == p.NOTIFY:
-                self._calls.notify(self, message[1], message[2])
-            elif kind == p.REGIONS_GONE:
-                if self._upkeep is not None:
-                    self._upkeep.regions_gone(self, message[1])
-                else:
-                    self._regions.drop(message[1])
-            elif kind == p.SHM_PRESSURE:
-                if self._upkeep is not None:
-                    self._upkeep.relieve()
-            elif kind == p.READINESS:
-                self.readiness.answered(message[1], message[2])
+            handler = handlers.get(message[0])
+            if handler is not None:
+                handler(message)
             else:
                 self._supervisor.answered(message)
 
-    def _on_responses(self, batch_id: int, error: str | None, responses: tuple,
-                      rescheduled: tuple) -> None:
+    def _message_handlers(self) -> dict[int, Callable[[tuple], None]]:
+        return {p.RESPONSES: self._on_responses, p.SEND: self._on_send,
+                p.BATCH_DONE: self._on_batch_done, p.LOG: self._on_log,
+                p.CALL: self._on_call, p.BLS_RELEASE: self._on_bls_release,
+                p.CALL_CANCEL: self._on_call_cancel, p.NOTIFY: self._on_notify,
+                p.REGIONS_GONE: self._on_regions_gone, p.SHM_PRESSURE: self._on_shm_pressure,
+                p.READINESS: self._on_readiness}
+
+    def _on_call(self, message: tuple) -> None:
+        _, call_id, op, args = message
+        self._calls.handle(self, call_id, op, args)
+
+    def _on_bls_release(self, message: tuple) -> None:
+        _, token = message
+        self._calls.release(token)
+
+    def _on_call_cancel(self, message: tuple) -> None:
+        _, call_id = message
+        self._calls.cancel(self, call_id)
+
+    def _on_notify(self, message: tuple) -> None:
+        _, op, args = message
+        self._calls.notify(self, op, args)
+
+    def _on_regions_gone(self, message: tuple) -> None:
+        _, names = message
+        if self._upkeep is not None:
+            self._upkeep.regions_gone(self, names)
+        else:
+            self._regions.drop(names)
+
+    def _on_shm_pressure(self, message: tuple) -> None:
+        if self._upkeep is not None:
+            self._upkeep.relieve()
+
+    def _on_readiness(self, message: tuple) -> None:
+        _, error, ready = message
+        self.readiness.answered(error, ready)
+
+    def _on_responses(self, message: tuple) -> None:
+        _, batch_id, error, responses, rescheduled = message
         for key, msg in responses:
             pending = self._inflight.get(key)
             if pending is not None and msg is not None:
@@ -337,18 +357,23 @@ class ModelInstance:
                 pending.deliver(self._response(pending, msg, True))
         self._on_batch_end(batch_id, error, rescheduled)
 
-    def _on_send(self, key: int, msg: tuple | None, flags: int) -> None:
+    def _on_send(self, message: tuple) -> None:
+        _, key, msg, flags = message
         final = bool(flags & FINAL)
         pending = self._inflight.pop(key, None) if final else self._inflight.get(key)
         if pending is None:
             if msg is not None:
-                self._release_outputs(msg[1], self._supervisor.stub)
+                self._release_outputs(msg[p.RESP_OUTPUTS], self._supervisor.stub)
             return
         if msg is None:
             pending.deliver(InferResponse(self.model_name, self.model_version,
                                           pending.request.id, final=final))
         else:
             pending.deliver(self._response(pending, msg, final))
+
+    def _on_batch_done(self, message: tuple) -> None:
+        _, batch_id, error, rescheduled = message
+        self._on_batch_end(batch_id, error, rescheduled)
 
     def _on_batch_end(self, batch_id: int, error: str | None, rescheduled: tuple) -> None:
         batch = self._batches.pop(batch_id, [])
@@ -397,13 +422,14 @@ class ModelInstance:
         On the main queue, so the model sees it after what it was running."""
         stub = self._supervisor.stub
         if self.state is InstanceState.READY and stub is not None and stub.alive():
-            stub.send((p.SEQUENCE_TERMINATED, correlation_id, reason))
+            stub.send(p.sequence_terminated(correlation_id, reason))
 
-    def _on_log(self, level: int, message: str, filename: str, line: int) -> None:
+    def _on_log(self, message: tuple) -> None:
+        _, level, text, filename, line = message
         # Triton's form: `model.py:161] "message"` (the file's name, the message escaped)
         where = f"{os.path.basename(filename)}:{line}" if line else filename
         self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where,
-                            escaped(message))
+                            escaped(text))
 
     # -- responses --------------------------------------------------------------------
     def _response(self, pending: PendingRequest, msg: tuple, final: bool) -> InferResponse:
@@ -466,4 +492,4 @@ class ModelInstance:
         stub = self._supervisor.stub
         if self._frees and stub is not None and stub.alive():
             frees, self._frees = tuple(self._frees), []
-            stub.send_control((p.RELEASE, frees))
+            stub.send_control(p.release(frees))

@@ -133,13 +133,13 @@ class StubSupervisor:
         if self.stub is None:
             await self.launch()
         try:
-            self.stub.send((p.INIT, self._init_args, self.spec.model_path, self.decoupled))
+            self.stub.send(p.init(self._init_args, self.spec.model_path, self.decoupled))
             # No time limit: a model may load for long; a stub that dies ends the wait.
-            reply = await self._expect(p.INIT_DONE, "initialize", None)
-            if reply[1] is not None:
+            _, error, has_is_ready = await self._expect(p.INIT_DONE, "initialize", None)
+            if error is not None:
                 # Triton's words: the manager prefixes "load failed for model ..."
-                raise ServerError(ErrorCode.INVALID_ARG, f"Internal: {reply[1]}")
-            self.readiness.defined = bool(reply[2])
+                raise ServerError(ErrorCode.INVALID_ARG, f"Internal: {error}")
+            self.readiness.defined = bool(has_is_ready)
         except BaseException:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
@@ -159,7 +159,7 @@ class StubSupervisor:
             self.state = InstanceState.STOPPED
             raise
         # before anything imports model.py; later changes come on the control queue
-        self.stub.send((p.LOG_SETTINGS, *SERVER_LOG.settings.stub_message_fields()))
+        self.stub.send(p.log_settings(*SERVER_LOG.settings.stub_message_fields()))
         SERVER_LOG.attach(self)
 
     def apply_log_settings(self, settings: LogSettings) -> None:
@@ -169,7 +169,7 @@ class StubSupervisor:
         idle stub), so that the requests sent after this call run with them: the control
         thread may read its queue after the main loop has taken the next request."""
         if self.stub is not None and self.stub.alive():
-            message = (p.LOG_SETTINGS, *settings.stub_message_fields())
+            message = p.log_settings(*settings.stub_message_fields())
             self.stub.send_control(message)
             self.stub.offer(message)
 
@@ -177,15 +177,16 @@ class StubSupervisor:
         """Run the model's `auto_complete_config` in this (launched) stub; the completed
         config as JSON, or None when the model does not define it."""
         assert self.stub is not None
-        self.stub.send((p.AUTO_COMPLETE, self.spec.model_path, config_json))
-        reply = await self._expect(p.AUTO_COMPLETED, "auto-complete its config", None)
-        if reply[1] is not None:
+        self.stub.send(p.auto_complete(self.spec.model_path, config_json))
+        _, error, config = await self._expect(p.AUTO_COMPLETED, "auto-complete its config",
+                                              None)
+        if error is not None:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
             raise ServerError(ErrorCode.INVALID_ARG,
                               f"failed to load '{self.spec.model_name}': "
-                              f"auto_complete_config: {reply[1]}")
-        return reply[2]
+                              f"auto_complete_config: {error}")
+        return config
 
     async def _expect(self, kind: int, what: str, timeout: float | None = START_TIMEOUT_S
                       ) -> tuple:
@@ -213,7 +214,7 @@ class StubSupervisor:
         if stub.alive():
             try:
                 self._host.stub_stopping()
-                stub.send((p.FINALIZE,))
+                stub.send(p.finalize())
                 await self._expect(p.FINALIZED, "finalize", ABANDONED_FINALIZE_S
                                    if self.abandoned else FINALIZE_TIMEOUT_S)
             except ServerError as err:
