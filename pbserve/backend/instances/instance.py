@@ -1,11 +1,12 @@
-"""A model instance: the batches its stub runs, their responses, the blocks it gives
-back. Its stub process's life (launch, restart, stop) is the supervisor's (supervisor.py);
-what happens to its batches is told to its model through `InstanceEvents` (events.py)."""
+"""A model instance: the batches and requests its stub runs (in flight until their final
+response), and the stub's messages, each kind to its handler. The stub process's life
+(launch, restart, stop) is the supervisor's (supervisor.py), responses and the output
+blocks owed to the stub are outputs.py's, and what happens to its batches is told to its
+model through `InstanceEvents` (events.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -13,21 +14,19 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pbserve.backend.instances.block_refs import BlockRefs
+from pbserve.backend.instances.outputs import StubOutputs
 from pbserve.backend.instances.events import InstanceEvents
 from pbserve.backend.instances.shm_upkeep import ShmUpkeep
 from pbserve.backend.instances.stub_calls import StubCalls
-from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState, StubSupervisor
 from pbserve.backend.observability.log_escape import escaped
 from pbserve.backend.pending import PendingRequest
 from pbserve.backend.polling.spare_cpu import MACHINE
-from pbserve.backend.types import InferResponse, ShmRef, TensorData
+from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, internal
-from shm.client_region import is_client_token
 from shm.pool import RegionMap, ShmSizes
 from stub import protocol as p
 
-RELEASE_DELAY_S = 0.005
 # The parent watches this long at most, on each turn of its event loop, for the reply of
 # a request it sent to an idle instance (ModelInstance.watch_for_reply); longer hops are
 # left to the doorbell.
@@ -81,7 +80,6 @@ class ModelInstance:
         self.busy = False
         self.self_calls = 0  # BLS calls in flight from this instance to its own model
         self._calls = services.calls
-        self._refs = services.refs  # the parent's blocks: an output may name one (lent input)
         self._regions = services.regions
         self._upkeep = services.upkeep  # shm given back (shm_upkeep.py)
         self._running = services.running
@@ -94,9 +92,9 @@ class ModelInstance:
         self._inflight: dict[int, PendingRequest] = {}
         self._batches: dict[int, list[PendingRequest]] = {}
         self._next_batch = 0
-        self._frees: list[tuple[str, int]] = []
-        self._flush_scheduled = False
-        self._loop = asyncio.get_running_loop()
+        self._outputs = StubOutputs(spec.model_name, spec.model_version, services.regions,
+                                    services.refs, self._supervisor)
+        self._frees = self._outputs.frees  # owed to the stub: they go with the next EXECUTE
         self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
         self._announced_ns = -(2**62)  # when the stub was last told a request is coming (never)
         self._batch_sent_ns = 0
@@ -186,7 +184,7 @@ class ModelInstance:
         self._end_busy()
 
     def stub_stopping(self) -> None:
-        self._flush_frees()
+        self._outputs.flush()
 
     def stub_lost(self, message: str, code: ErrorCode, requeue: bool) -> None:
         if requeue:
@@ -222,7 +220,7 @@ class ModelInstance:
         batches, self._batches = self._batches, {}
         inflight, self._inflight = self._inflight, {}
         for pending in inflight.values():
-            pending.deliver(self._error_response(pending, ServerError(code, message)))
+            pending.deliver(self._outputs.error_response(pending, ServerError(code, message)))
         for batch in batches.values():
             self._events.batch_done(batch)
         self._end_busy()
@@ -354,7 +352,7 @@ class ModelInstance:
             pending = self._inflight.get(key)
             if pending is not None and msg is not None:
                 del self._inflight[key]
-                pending.deliver(self._response(pending, msg, True))
+                pending.deliver(self._outputs.response(pending, msg, True))
         self._on_batch_end(batch_id, error, rescheduled)
 
     def _on_send(self, message: tuple) -> None:
@@ -363,13 +361,13 @@ class ModelInstance:
         pending = self._inflight.pop(key, None) if final else self._inflight.get(key)
         if pending is None:
             if msg is not None:
-                self._release_outputs(msg[p.RESP_OUTPUTS], self._supervisor.stub)
+                self._outputs.release(msg[p.RESP_OUTPUTS], self._supervisor.stub)
             return
         if msg is None:
             pending.deliver(InferResponse(self.model_name, self.model_version,
                                           pending.request.id, final=final))
         else:
-            pending.deliver(self._response(pending, msg, final))
+            pending.deliver(self._outputs.response(pending, msg, final))
 
     def _on_batch_done(self, message: tuple) -> None:
         _, batch_id, error, rescheduled = message
@@ -380,7 +378,7 @@ class ModelInstance:
         if error is not None:
             for pending in batch:
                 if self._inflight.pop(pending.key, None) is not None:
-                    pending.deliver(self._error_response(pending, internal(error)))
+                    pending.deliver(self._outputs.error_response(pending, internal(error)))
         for key in rescheduled:
             self._reschedule(key)
         self._events.batch_done(batch)
@@ -430,66 +428,3 @@ class ModelInstance:
         where = f"{os.path.basename(filename)}:{line}" if line else filename
         self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where,
                             escaped(text))
-
-    # -- responses --------------------------------------------------------------------
-    def _response(self, pending: PendingRequest, msg: tuple, final: bool) -> InferResponse:
-        error, outputs, params = msg
-        response = InferResponse(self.model_name, self.model_version, pending.request.id,
-                                 final=final)
-        if error is not None:
-            self._release_outputs(outputs, self._supervisor.stub)
-            response.error = ServerError(ErrorCode(error[0]), error[1])
-            return response
-        view = self._regions.view
-        response.outputs = [TensorData(name, datatype, shape, view(region, offset, nbytes))
-                            for name, datatype, shape, region, offset, nbytes in outputs]
-        if params and params != "{}":
-            response.parameters = json.loads(params)
-        if outputs and pending.request.output_shm:
-            outputs = self._in_client_regions(response, outputs)
-        if outputs:
-            stub = self._supervisor.stub
-            held = [loc for loc in {(d[3], d[4]) for d in outputs}
-                    if self._refs is not None and self._refs.hold(loc)]
-            if not held:
-                response._release = lambda: self._release_outputs(outputs, stub)
-            else:  # some outputs are parent blocks (inputs lent back): they stay alive
-                refs = self._refs  # until this response is released
-
-                def release() -> None:
-                    self._release_outputs(outputs, stub)
-                    for location in held:
-                        refs.drop(location)
-                response._release = release
-            response._descs = outputs
-        return response
-
-    @staticmethod
-    def _in_client_regions(response: InferResponse, outputs: tuple) -> tuple:
-        """Mark the outputs the stub wrote into the client's regions (the frontends send
-        no data for them); the outputs that are the stub's blocks."""
-        for tensor, desc in zip(response.outputs, outputs):
-            if is_client_token(desc[3]):
-                tensor.shm = ShmRef("", desc[4], desc[5], desc[3])
-        return tuple([d for d in outputs if not is_client_token(d[3])])
-
-    def _error_response(self, pending: PendingRequest, error: ServerError) -> InferResponse:
-        return InferResponse(self.model_name, self.model_version, pending.request.id,
-                             error=error)
-
-    def _release_outputs(self, outputs: tuple, stub: StubProcess | None) -> None:
-        """Give output blocks back to the stub that made them, with the next EXECUTE or
-        shortly after; blocks of a stub that has since died went with its regions."""
-        if stub is None or stub is not self._supervisor.stub:
-            return
-        self._frees.extend((desc[3], desc[4]) for desc in outputs)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_later(RELEASE_DELAY_S, self._flush_frees)
-
-    def _flush_frees(self) -> None:
-        self._flush_scheduled = False
-        stub = self._supervisor.stub
-        if self._frees and stub is not None and stub.alive():
-            frees, self._frees = tuple(self._frees), []
-            stub.send_control(p.release(frees))
