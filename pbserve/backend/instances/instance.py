@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pbserve.backend.instances.block_refs import BlockRefs
-from pbserve.backend.instances.outputs import StubOutputs
 from pbserve.backend.instances.events import InstanceEvents
+from pbserve.backend.instances.outputs import StubOutputs
 from pbserve.backend.instances.shm_upkeep import ShmUpkeep
 from pbserve.backend.instances.stub_calls import StubCalls
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState, StubSupervisor
