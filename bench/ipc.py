@@ -230,7 +230,7 @@ def direct_hop(repo: Path, seconds: float, stub_cpu: int | None, floor: PingPong
     pin_process(proc.pid, stub_cpu)  # before the stub starts any thread
     try:
         assert p.decode(up_q.get(30))[0] == p.READY
-        main_q.put(p.encode((p.INIT, {}, str(repo / "ident" / "1" / "model.py"), False)))
+        main_q.put(p.encode(p.init({}, str(repo / "ident" / "1" / "model.py"), False)))
         assert p.decode(up_q.get(30))[:2] == (p.INIT_DONE, None)
         small = np.arange(16, dtype=np.float32)
         frees: list = []
@@ -239,8 +239,10 @@ def direct_hop(repo: Path, seconds: float, stub_cpu: int | None, floor: PingPong
             block = pool.alloc(small.nbytes)
             np.frombuffer(pool.view(block), np.float32)[:] = small
             desc = ("INPUT0", "FP32", (16,), block.region, block.offset, small.nbytes)
-            request = (1, "", 0, 0, "{}", 0, None, (desc,), False, None)  # stub/protocol.py
-            main_q.put(p.encode((p.EXECUTE, 1, (request,), tuple(frees))))
+            request = p.request_msg(key=1, request_id="", correlation_id=0, flags=0,
+                                    parameters_json="{}", timeout_us=0, requested=None,
+                                    inputs=(desc,), lendable=False, output_shm=None)
+            main_q.put(p.encode(p.execute(1, (request,), tuple(frees))))
             frees.clear()
             reply = p.decode(up_q.get(10))
             (_, (_, outputs, _)), = reply[3]

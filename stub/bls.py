@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -24,18 +24,17 @@ from backend_utils.response_iterator import ResponseIterator
 from backend_utils.tensor import Tensor
 from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub import protocol as p
+from stub.calls import Calls
 from stub.context import CURRENT_KEYS
+from stub.memory import StubMemory
 from stub.tensors import output_desc
-
-if TYPE_CHECKING:
-    from stub.stub import Stub
 
 
 class _Release:
     """Sends BLS_RELEASE for a response once its last output array is gone."""
 
-    def __init__(self, stub: "Stub", token: int, count: int) -> None:
-        self._stub, self._token, self._left = stub, token, count
+    def __init__(self, send: Callable[[tuple], None], token: int, count: int) -> None:
+        self._send, self._token, self._left = send, token, count
         self._lock = threading.Lock()
 
     def one_gone(self) -> None:
@@ -43,17 +42,22 @@ class _Release:
             self._left -= 1
             done = self._left == 0
         if done:
-            self._stub.send((p.BLS_RELEASE, self._token))
+            self._send(p.bls_release(self._token))
 
 
 class BlsClient:
-    def __init__(self, stub: "Stub") -> None:
-        self._stub = stub
+    """`send`: a message on the up queue; `calls`: calls that wait for the parent."""
+
+    def __init__(self, memory: StubMemory, send: Callable[[tuple], None], calls: Calls
+                 ) -> None:
+        self._memory = memory
+        self._send = send
+        self._calls = calls
 
     # -- requests ---------------------------------------------------------------------
     def _args(self, request: InferenceRequest, decoupled: bool) -> tuple[tuple, list]:
         """The BLS message body, and the blocks of our pool to free after the call."""
-        pool = self._stub.pool
+        pool = self._memory.pool
         descs, owned = [], []
         for tensor in request.inputs():
             desc = getattr(tensor, "_shm_desc", None)
@@ -71,14 +75,14 @@ class BlsClient:
 
     def _free(self, owned: list) -> None:
         for desc in owned:
-            self._stub.pool.free(desc[3], desc[4])
+            self._memory.pool.free(desc[3], desc[4])
 
     def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
         args, owned = self._args(request, decoupled)
         if decoupled:
             return self._stream(args, owned)
         try:
-            reply = self._stub.calls.call("bls", *args)
+            reply = self._calls.call("bls", *args)
         finally:
             self._free(owned)
         return self.response(reply)
@@ -97,7 +101,7 @@ class BlsClient:
                 raise
             return iterator
         try:
-            reply = await self._stub.calls.call_async("bls", *args)
+            reply = await self._calls.call_async("bls", *args)
         except Exception as exc:  # noqa: BLE001 - BLS errors are responses, as in Triton
             return _error_response(str(exc))
         finally:
@@ -107,14 +111,14 @@ class BlsClient:
     def _stream(self, args: tuple, owned: list) -> ResponseIterator:
         call_id_box: list[int] = []
         iterator = ResponseIterator(
-            cancel=lambda: call_id_box and self._stub.send((p.CALL_CANCEL, call_id_box[0])))
+            cancel=lambda: call_id_box and self._send(p.call_cancel(call_id_box[0])))
 
         def on_item(value: Any, final: bool) -> None:
             if final:
                 self._free(owned)
             iterator._put(self.response(value) if value is not None else None, final)
 
-        call_id_box.append(self._stub.calls.stream("bls", args, on_item))
+        call_id_box.append(self._calls.stream("bls", args, on_item))
         return iterator
 
     # -- responses --------------------------------------------------------------------
@@ -126,9 +130,9 @@ class BlsClient:
                 output_tensors=[], error=TritonError(error[1], error[0]),
                 parameters_json=params)
         tensors = []
-        release = _Release(self._stub, token, len(outputs)) if token else None
+        release = _Release(self._send, token, len(outputs)) if token else None
         for name, datatype, shape, region, offset, nbytes in outputs:
-            view = self._stub.regions.view(region, offset, nbytes)
+            view = self._memory.regions.view(region, offset, nbytes)
             if datatype == "BYTES" or datatype not in NUMPY_OF_DATATYPE:
                 tensor = Tensor._from_triton(name, datatype, shape, view)
                 if release is not None:
@@ -138,7 +142,7 @@ class BlsClient:
                 tensor = Tensor._from_numpy_view(name, base.reshape(shape), datatype)
                 if release is not None:
                     weakref.finalize(base, release.one_gone)
-                    self._stub.borrowed.register(base, region, offset, nbytes)
+                    self._memory.borrowed.register(base, region, offset, nbytes)
             tensors.append(tensor)
         return InferenceResponse._incoming(output_tensors=tensors, parameters_json=params)
 

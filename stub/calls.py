@@ -77,14 +77,14 @@ class Calls:
         call_id = next(self._ids)
         with self._lock:
             self._streams[call_id] = on_item
-        self._send((p.CALL, call_id, op, args))
+        self._send(p.call(call_id, op, args))
         return call_id
 
     def _start(self, op: str, args: tuple, waiter: Any) -> None:
         call_id = next(self._ids)
         with self._lock:
             self._waiting[call_id] = waiter
-        self._send((p.CALL, call_id, op, args))
+        self._send(p.call(call_id, op, args))
 
     # -- from the control thread ------------------------------------------------------
     def on_reply(self, call_id: int, error: str | None, value: Any) -> None:

@@ -69,15 +69,173 @@ READINESS = 113   # (READINESS, error: str | None, ready: bool): what `is_ready(
 REGIONS_GONE = 114  # (REGIONS_GONE, names): this stub gave these pool regions back
 SHM_PRESSURE = 115  # (SHM_PRESSURE,): this stub found /dev/shm full; the others should trim
 
-# RequestMsg = (key, request_id, correlation_id, flags, parameters_json, timeout_us,
-#               requested_output_names: tuple[str, ...] | None, inputs: tuple[TensorDesc],
-#               lendable: bool, output_shm: dict[str, (token, offset, byte_size)] | None)
-#               lendable: the input blocks are this request's own copies
-#               in the parent's pool and its model answers once: an output may name one
-#               (stub/borrowed.py), and the parent then frees it with the response.
-#               output_shm: outputs to write into client regions (the client's memory:
-#               the response names them there and nobody frees them).
-# ResponseMsg = (error: (code, message) | None, outputs: tuple[TensorDesc], parameters_json)
+# The constructors below are the one place each message's fields are put in order; the
+# readers unpack them in that order (`_, batch_id, error, ... = message`), and the two
+# records that are read in part or rebuilt (RequestMsg, ResponseMsg) have named indices.
+
+
+# -- the records inside messages ------------------------------------------------------
+# RequestMsg: one request of an EXECUTE.
+REQ_KEY, REQ_ID, REQ_CORRELATION_ID, REQ_FLAGS, REQ_PARAMETERS, REQ_TIMEOUT_US, \
+    REQ_REQUESTED, REQ_INPUTS, REQ_LENDABLE, REQ_OUTPUT_SHM = range(10)
+
+
+def request_msg(*, key: int, request_id: str, correlation_id: int | str, flags: int,
+                parameters_json: str, timeout_us: int, requested: tuple[str, ...] | None,
+                inputs: tuple, lendable: bool,
+                output_shm: dict[str, tuple[str, int, int]] | None) -> tuple:
+    """A RequestMsg. `inputs`: TensorDescs. `lendable`: the input blocks are this
+    request's own copies in the parent's pool and its model answers once, so an output
+    may name one (stub/borrowed.py) and the parent then frees it with the response.
+    `output_shm`: outputs to write into client regions, name -> (token, offset,
+    byte_size) (the client's memory: the response names them there, nobody frees them)."""
+    return (key, request_id, correlation_id, flags, parameters_json, timeout_us, requested,
+            inputs, lendable, output_shm)
+
+
+def with_inputs(msg: tuple, inputs: tuple, lendable: bool) -> tuple:
+    """`msg` with its inputs placed (a request staged into shm as it is dispatched)."""
+    return (*msg[:REQ_INPUTS], inputs, lendable, msg[REQ_OUTPUT_SHM])
+
+
+def in_sequence(msg: tuple, correlation_id: int | str, flags: int, controls: tuple) -> tuple:
+    """`msg` as the sequence batcher hands it on: the model's view of its correlation id
+    and flags, and the control tensors added to its inputs."""
+    return (*msg[:REQ_CORRELATION_ID], correlation_id, flags,
+            *msg[REQ_PARAMETERS:REQ_INPUTS], msg[REQ_INPUTS] + controls,
+            *msg[REQ_LENDABLE:])
+
+
+# ResponseMsg: one response of RESPONSES or SEND.
+RESP_ERROR, RESP_OUTPUTS, RESP_PARAMETERS = range(3)
+
+
+def response_record(error: tuple[int, str] | None, outputs: tuple, parameters_json: str
+                    ) -> tuple:
+    """A ResponseMsg: `error` as (code, message) or None, `outputs` as TensorDescs."""
+    return (error, outputs, parameters_json)
+
+
+# -- parent -> stub ---------------------------------------------------------------------
+def init(args: dict[str, str], model_path: str, decoupled: bool) -> tuple:
+    return (INIT, args, model_path, decoupled)
+
+
+def execute(batch_id: int, requests: tuple, frees: tuple) -> tuple:
+    """`requests`: RequestMsgs; `frees`: (region, offset) of output blocks given back."""
+    return (EXECUTE, batch_id, requests, frees)
+
+
+def finalize() -> tuple:
+    return (FINALIZE,)
+
+
+def release(frees: tuple) -> tuple:
+    return (RELEASE, frees)
+
+
+def cancel(key: int) -> tuple:
+    return (CANCEL, key)
+
+
+def auto_complete(model_path: str, config_json: str) -> tuple:
+    return (AUTO_COMPLETE, model_path, config_json)
+
+
+def reply(call_id: int, error: str | None, value: object) -> tuple:
+    return (REPLY, call_id, error, value)
+
+
+def stream_item(call_id: int, value: object, final: bool) -> tuple:
+    return (STREAM_ITEM, call_id, value, final)
+
+
+def sequence_terminated(correlation_id: int | str, reason: str) -> tuple:
+    return (SEQUENCE_TERMINATED, correlation_id, reason)
+
+
+def forget_region(token: str) -> tuple:
+    return (FORGET_REGION, token)
+
+
+def is_ready() -> tuple:
+    return (IS_READY,)
+
+
+def log_settings(generation: int, verbose_level: int, info: bool, warning: bool,
+                 error: bool) -> tuple:
+    return (LOG_SETTINGS, generation, verbose_level, info, warning, error)
+
+
+def forget_regions(names: tuple[str, ...]) -> tuple:
+    return (FORGET_REGIONS, names)
+
+
+def trim() -> tuple:
+    return (TRIM,)
+
+
+# -- stub -> parent ---------------------------------------------------------------------
+def ready(pid: int, pool_prefix: str) -> tuple:
+    return (READY, pid, pool_prefix)
+
+
+def init_done(error: str | None, has_is_ready: bool) -> tuple:
+    return (INIT_DONE, error, has_is_ready)
+
+
+def responses(batch_id: int, error: str | None, answers: tuple, rescheduled: tuple
+              ) -> tuple:
+    """`answers`: (key, ResponseMsg | None) per request; `rescheduled`: keys."""
+    return (RESPONSES, batch_id, error, answers, rescheduled)
+
+
+def send(key: int, response: tuple | None, flags: int) -> tuple:
+    return (SEND, key, response, flags)
+
+
+def batch_done(batch_id: int, error: str | None, rescheduled: tuple) -> tuple:
+    return (BATCH_DONE, batch_id, error, rescheduled)
+
+
+def log(level: int, message: str, filename: str, line: int) -> tuple:
+    return (LOG, level, message, filename, line)
+
+
+def finalized() -> tuple:
+    return (FINALIZED,)
+
+
+def auto_completed(error: str | None, config_json: str | None) -> tuple:
+    return (AUTO_COMPLETED, error, config_json)
+
+
+def call(call_id: int, op: str, args: tuple) -> tuple:
+    return (CALL, call_id, op, args)
+
+
+def call_cancel(call_id: int) -> tuple:
+    return (CALL_CANCEL, call_id)
+
+
+def bls_release(token: int) -> tuple:
+    return (BLS_RELEASE, token)
+
+
+def notify(op: str, args: tuple) -> tuple:
+    return (NOTIFY, op, args)
+
+
+def readiness(error: str | None, ready: bool) -> tuple:
+    return (READINESS, error, ready)
+
+
+def regions_gone(names: tuple[str, ...]) -> tuple:
+    return (REGIONS_GONE, names)
+
+
+def shm_pressure() -> tuple:
+    return (SHM_PRESSURE,)
 
 
 _VERSION = 4

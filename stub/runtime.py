@@ -4,23 +4,55 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL
 from stub import protocol as p
+from stub.log_levels import LogLevels
+from stub.memory import StubMemory
 from stub.responses import response_msg
 
 if TYPE_CHECKING:
     from backend_utils.request import InferenceRequest
     from backend_utils.response import InferenceResponse
-    from stub.stub import Stub
+    from stub.bls import BlsClient
+    from stub.calls import Calls
+
+
+class StubLink(Protocol):
+    """What the runtime asks of its stub (stub.py's `Stub`). Every member may be used
+    from any thread: the model's, the main one's, the asyncio loop's, a finaliser's."""
+
+    log_levels: LogLevels
+    """The server's log settings, as the stub last applied them."""
+
+    calls: Calls
+    """Calls to the parent that wait for its answer."""
+
+    bls: BlsClient
+    """BLS requests through the parent."""
+
+    def send(self, message: tuple) -> None:
+        """Put a message on the up queue (blocks while the queue is full)."""
+
+    def sending(self) -> bool:
+        """Whether a send is under way now (a finaliser must not wait for it)."""
+
+    def request_closed(self, key: int) -> None:
+        """The request had its final response: forget it."""
+
+    def bls_allowed(self) -> bool:
+        """Whether `initialize` returned and `finalize` has not started."""
 
 
 class StubRuntime:
-    """Every call turns into a message to the parent on the stub's up queue."""
+    """Every call turns into a message to the parent on the stub's up queue. `memory`
+    is where responses are written (None: a runtime that sends none, in tests)."""
 
-    def __init__(self, stub: "Stub", decoupled: bool) -> None:
+    def __init__(self, stub: StubLink, decoupled: bool, memory: StubMemory | None = None
+                 ) -> None:
         self._stub = stub
+        self._memory = memory
         self.decoupled = decoupled
         self._cancelled: set[int] = set()
         self._coroutines: dict[int, tuple] = {}
@@ -32,7 +64,7 @@ class StubRuntime:
     def log(self, level: int, message: str, filename: str, line: int) -> None:
         if not self._stub.log_levels.enabled(level):
             return
-        self._stub.send((p.LOG, int(level), message, filename, line))
+        self._stub.send(p.log(int(level), message, filename, line))
 
     # -- responses --------------------------------------------------------------------
     def send_response(self, request: "InferenceRequest", response: "InferenceResponse | None",
@@ -40,9 +72,10 @@ class StubRuntime:
         key = request._key
         msg = None
         if response is not None:
-            msg = response_msg(response, request._requested_output_names, self._stub.pool,
-                               self._stub.borrowed, request._output_shm, self._stub.regions)
-        self._stub.send((p.SEND, key, msg, int(flags)))
+            memory = self._memory
+            msg = response_msg(response, request._requested_output_names, memory.pool,
+                               memory.borrowed, request._output_shm, memory.regions)
+        self._stub.send(p.send(key, msg, int(flags)))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._stub.request_closed(key)
 
@@ -95,7 +128,7 @@ class StubRuntime:
 
     # -- BLS --------------------------------------------------------------------------
     def bls_allowed(self) -> bool:
-        return self._stub.initialized and not self._stub.finalizing
+        return self._stub.bls_allowed()
 
     def bls_exec(self, request: "InferenceRequest", decoupled: bool):
         return self._stub.bls.exec(request, decoupled)
@@ -129,15 +162,13 @@ class StubRuntime:
         """From a finaliser, so it must neither block nor raise: queue a NOTIFY and send
         what is queued unless a send is under way (maybe in this very thread, which the
         garbage collector interrupted); then the next metric call or delete sends it."""
-        self._notices.append((p.NOTIFY, op, args))
+        self._notices.append(p.notify(op, args))
         self._send_notices()
 
     def _send_notices(self) -> None:
         if not self._notices:
             return
-        sending = getattr(self._stub.up_q, "_put_lock", None)
-        if (sending is not None and sending.locked()) or \
-                not self._notices_lock.acquire(blocking=False):
+        if self._stub.sending() or not self._notices_lock.acquire(blocking=False):
             return
         try:
             while self._notices:

@@ -29,6 +29,7 @@ from shm.doorbell import ring
 from shm.pool import Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
+from stub.protocol import REQ_KEY
 from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
@@ -37,6 +38,7 @@ from stub.context import CURRENT_KEYS
 from stub.errors import StubError
 from stub.errors import describe as _describe
 from stub.log_levels import LogLevels
+from stub.memory import StubMemory
 from stub.model_loader import import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
@@ -82,14 +84,30 @@ class Stub:
         self.async_loop = AsyncLoopThread(self.log_error)
         self.calls = Calls(self.send)
         self.borrowed = BorrowedBlocks()
-        self.bls = BlsClient(self)
+        self.memory = StubMemory(self.pool, self.regions, self.borrowed)
+        self.bls = BlsClient(self.memory, self.send, self.calls)
         self._open: set[int] = set()
         self._answered_ns = 0  # when the last EXECUTE was answered
         self._gap_ns = NEXT_NS  # answer -> next EXECUTE, recently (moving average)
         self._open_lock = threading.Lock()
         self._running = True
+        self._announced = False  # the request now running was announced (expect_request)
         self.initialized = False  # `initialize` returned; BLS is allowed from then on
         self.finalizing = False  # ... until `finalize` starts
+        # what each message kind of the main queue and of the control queue runs
+        self._main_handlers = {
+            p.EXECUTE: self._on_execute_msg, p.INIT: self._on_init_msg,
+            p.AUTO_COMPLETE: self._on_auto_complete_msg, p.FINALIZE: self._on_finalize_msg,
+            p.SEQUENCE_TERMINATED: self._on_sequence_terminated_msg,
+            p.LOG_SETTINGS: self._on_log_settings_msg,
+        }
+        self._control_handlers = {
+            p.REPLY: self._on_reply_msg, p.STREAM_ITEM: self._on_stream_item_msg,
+            p.RELEASE: self._on_release_msg, p.CANCEL: self._on_cancel_msg,
+            p.FORGET_REGION: self._on_forget_region_msg, p.IS_READY: self._on_is_ready_msg,
+            p.LOG_SETTINGS: self._on_log_settings_msg,
+            p.FORGET_REGIONS: self._on_forget_regions_msg, p.TRIM: self._on_trim_msg,
+        }
 
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
@@ -97,11 +115,20 @@ class Stub:
         if first and self.doorbell_fd >= 0:  # else the parent has yet to read the last
             ring(self.doorbell_fd)
 
+    def sending(self) -> bool:
+        """Whether a thread is putting a message on the up queue now."""
+        lock = getattr(self.up_q, "_put_lock", None)
+        return lock is not None and lock.locked()
+
     def log_error(self, text: str) -> None:
-        self.send((p.LOG, LOG_ERROR, text, "stub", 0))
+        self.send(p.log(LOG_ERROR, text, "stub", 0))
 
     def parent_alive(self) -> bool:
         return os.getppid() == self.parent_pid
+
+    def bls_allowed(self) -> bool:
+        """From the end of `initialize` to the start of `finalize`, as Triton."""
+        return self.initialized and not self.finalizing
 
     def request_closed(self, key: int) -> None:
         if self._open:  # only a decoupled model's requests are tracked (see _request)
@@ -112,10 +139,10 @@ class Stub:
 
     # -- main loop --------------------------------------------------------------------
     def run(self) -> None:
-        announced = False  # the request now running was announced (expect_request)
-        self.send((p.READY, os.getpid(), self.pool.prefix))
+        self.send(p.ready(os.getpid(), self.pool.prefix))
         threading.Thread(target=self._control_loop, name="pbserve-stub-control",
                          daemon=True).start()
+        handlers = self._main_handlers
         try:
             while self._running:
                 raw = self.main_q.get(PARENT_CHECK_S)
@@ -125,31 +152,45 @@ class Stub:
                     self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
                     continue
                 if not raw:  # the parent announces a request (or wakes the loop to end)
-                    announced = True
+                    self._announced = True
                     self._expect_request(EXPECT_NS)
                     continue
                 message = p.decode(raw)
-                kind = message[0]
-                if kind == p.EXECUTE:
-                    self._time_gap()
-                    self.on_execute(message[1], message[2], message[3])
-                    self._answered_ns = time.perf_counter_ns()
-                    if announced:
-                        announced = False
-                        if self._gap_ns < NEXT_NS:  # the next comes soon, as the last did
-                            self._expect_request(NEXT_NS)
-                elif kind == p.INIT:
-                    self.on_init(*message[1:])
-                elif kind == p.AUTO_COMPLETE:
-                    self.on_auto_complete(*message[1:])
-                elif kind == p.FINALIZE:
-                    self.on_finalize()
-                elif kind == p.SEQUENCE_TERMINATED:
-                    self.on_sequence_terminated(message[1], message[2])
-                elif kind == p.LOG_SETTINGS:
-                    self.log_levels.update(*message[1:])
+                handler = handlers.get(message[0])
+                if handler is not None:
+                    handler(message)
         finally:
             self.close()
+
+    # -- the main queue's messages ------------------------------------------------------
+    def _on_execute_msg(self, message: tuple) -> None:
+        self._time_gap()
+        _, batch_id, requests, frees = message
+        self.on_execute(batch_id, requests, frees)
+        self._answered_ns = time.perf_counter_ns()
+        if self._announced:
+            self._announced = False
+            if self._gap_ns < NEXT_NS:  # the next comes soon, as the last did
+                self._expect_request(NEXT_NS)
+
+    def _on_init_msg(self, message: tuple) -> None:
+        _, args, model_path, decoupled = message
+        self.on_init(args, model_path, decoupled)
+
+    def _on_auto_complete_msg(self, message: tuple) -> None:
+        _, model_path, config_json = message
+        self.on_auto_complete(model_path, config_json)
+
+    def _on_finalize_msg(self, message: tuple) -> None:
+        self.on_finalize()
+
+    def _on_sequence_terminated_msg(self, message: tuple) -> None:
+        _, correlation_id, reason = message
+        self.on_sequence_terminated(correlation_id, reason)
+
+    def _on_log_settings_msg(self, message: tuple) -> None:  # on either queue
+        _, generation, verbose_level, info, warning, error = message
+        self.log_levels.update(generation, verbose_level, info, warning, error)
 
     def _time_gap(self) -> None:
         """Follow the time from each answer to the next EXECUTE (a moving average)."""
@@ -172,38 +213,55 @@ class Stub:
             yield_cpu()
 
     def _control_loop(self) -> None:
+        handlers = self._control_handlers
         while self._running:
             raw = self.control_q.get(PARENT_CHECK_S)
             if not raw:
                 continue
             message = p.decode(raw)
-            kind = message[0]
-            if kind == p.REPLY:
-                self.calls.on_reply(message[1], message[2], message[3])
-            elif kind == p.STREAM_ITEM:
-                self.calls.on_item(message[1], message[2], message[3])
-            elif kind == p.RELEASE:
-                self._free(message[1])
-            elif kind == p.CANCEL and self.runtime is not None:
-                self.runtime.mark_cancelled(message[1])
-            elif kind == p.FORGET_REGION:
-                self.regions.forget(message[1])
-            elif kind == p.IS_READY:
-                threading.Thread(target=self._is_ready, name="pbserve-stub-is-ready",
-                                 daemon=True).start()
-            elif kind == p.LOG_SETTINGS:
-                self.log_levels.update(*message[1:])
-            elif kind == p.FORGET_REGIONS:
-                self.regions.drop(message[1])
-            elif kind == p.TRIM:
-                self._trim(True)
+            handler = handlers.get(message[0])
+            if handler is not None:
+                handler(message)
+
+    # -- the control queue's messages ---------------------------------------------------
+    def _on_reply_msg(self, message: tuple) -> None:
+        _, call_id, error, value = message
+        self.calls.on_reply(call_id, error, value)
+
+    def _on_stream_item_msg(self, message: tuple) -> None:
+        _, call_id, value, final = message
+        self.calls.on_item(call_id, value, final)
+
+    def _on_release_msg(self, message: tuple) -> None:
+        _, frees = message
+        self._free(frees)
+
+    def _on_cancel_msg(self, message: tuple) -> None:
+        if self.runtime is not None:
+            _, key = message
+            self.runtime.mark_cancelled(key)
+
+    def _on_forget_region_msg(self, message: tuple) -> None:
+        _, token = message
+        self.regions.forget(token)
+
+    def _on_is_ready_msg(self, message: tuple) -> None:
+        threading.Thread(target=self._is_ready, name="pbserve-stub-is-ready",
+                         daemon=True).start()
+
+    def _on_forget_regions_msg(self, message: tuple) -> None:
+        _, names = message
+        self.regions.drop(names)
+
+    def _on_trim_msg(self, message: tuple) -> None:
+        self._trim(True)
 
     def _trim(self, force: bool) -> None:
         """Give back the pool's idle regions (every empty one with `force`); the parent
         unmaps them and tells the other stubs."""
         names = self.pool.trim(force)
         if names:
-            self.send((p.REGIONS_GONE, tuple(names)))
+            self.send(p.regions_gone(tuple(names)))
 
     def _relieve_pressure(self, attempt: int) -> bool:
         """/dev/shm is full while this stub allocates (Pool.on_pressure): give back what
@@ -212,7 +270,7 @@ class Stub:
         if attempt * PRESSURE_PAUSE_S > SHM_WAIT_S or not self._running:
             return False
         self._trim(True)
-        self.send((p.SHM_PRESSURE,))
+        self.send(p.shm_pressure())
         time.sleep(PRESSURE_PAUSE_S)
         return True
 
@@ -244,16 +302,16 @@ class Stub:
         try:
             cls = self._model_class(model_path)
             if not hasattr(cls, "auto_complete_config"):
-                self.send((p.AUTO_COMPLETED, None, None))
+                self.send(p.auto_completed(None, None))
                 return
             completed = cls.auto_complete_config(backend_utils.ModelConfig(config_json))
             if not isinstance(completed, backend_utils.ModelConfig):
                 raise TypeError(
                     "auto_complete_config function must return a valid ModelConfig object, "
                     f"got '{type(completed).__name__}'")
-            self.send((p.AUTO_COMPLETED, None, json.dumps(completed.as_dict())))
+            self.send(p.auto_completed(None, json.dumps(completed.as_dict())))
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send((p.AUTO_COMPLETED, _describe(exc), None))
+            self.send(p.auto_completed(_describe(exc), None))
 
     def on_init(self, args: dict, model_path: str, decoupled: bool) -> None:
         try:
@@ -262,22 +320,22 @@ class Stub:
             parameters = json.loads(args.get("model_config") or "{}").get("parameters", {})
             self.cancel_coroutines = parameters.get(CANCEL_COROUTINES, {}).get(
                 "string_value", "").lower() in ("true", "yes", "1", "on")
-            self.runtime = StubRuntime(self, decoupled)
+            self.runtime = StubRuntime(self, decoupled, self.memory)
             _runtime.set_runtime(self.runtime)
             self.model = self._model_class(model_path)()
             if hasattr(self.model, "initialize"):
                 self.model.initialize(args)
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send((p.INIT_DONE, _describe(exc), False))
+            self.send(p.init_done(_describe(exc), False))
             self._running = False
             return
         self.initialized = True
-        self.send((p.INIT_DONE, None, hasattr(self.model, "is_ready")))
+        self.send(p.init_done(None, hasattr(self.model, "is_ready")))
 
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
             self._free(frees)
-        if not self.decoupled and self.runtime.all_cancelled([r[0] for r in requests]):
+        if not self.decoupled and self.runtime.all_cancelled([r[REQ_KEY] for r in requests]):
             self._drop_cancelled(batch_id, requests)
             return
         lent: list[int] = []  # inputs that may be answered as they are, during this call
@@ -287,7 +345,7 @@ class Stub:
             for pointer in lent:
                 self.borrowed.unregister(pointer)
             for msg in requests:
-                self.request_closed(msg[0])
+                self.request_closed(msg[REQ_KEY])
             self._batch_failed(batch_id, exc)
             return
         keys = tuple([r._key for r in built])
@@ -301,14 +359,14 @@ class Stub:
                                                     lambda exc: self._abort(built, exc))
                     if self.cancel_coroutines:
                         self.runtime.watch_coroutine(keys, future)
-                    self.send((p.BATCH_DONE, batch_id, None, ()))
+                    self.send(p.batch_done(batch_id, None, ()))
                     return
                 returned = self.async_loop.submit(returned, lambda exc: None).result()
             responses = check_returned(returned, len(built), self.decoupled,
                                        self.instance_name)
             rescheduled = _rescheduled(built, responses)
             if self.decoupled:
-                self.send((p.BATCH_DONE, batch_id, None, rescheduled))
+                self.send(p.batch_done(batch_id, None, rescheduled))
                 return
             msgs = tuple([(req._key, None if resp is None else
                            response_msg(resp, req._requested_output_names, self.pool,
@@ -324,7 +382,7 @@ class Stub:
             CURRENT_KEYS.reset(context)
             for pointer in lent:  # the parent may reuse these blocks once it has the answer
                 self.borrowed.unregister(pointer)
-        self.send((p.RESPONSES, batch_id, None, msgs, rescheduled))
+        self.send(p.responses(batch_id, None, msgs, rescheduled))
         for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
                 self.request_closed(req._key)
@@ -335,20 +393,22 @@ class Stub:
         before it runs."""
         error = (int(TritonError.CANCELLED), f"request for model '{self.model_name}' "
                                              f"was cancelled")
-        self.send((p.RESPONSES, batch_id, None,
-                   tuple([(r[0], (error, (), "{}")) for r in requests]), ()))
+        answer = p.response_record(error, (), "{}")
+        self.send(p.responses(batch_id, None,
+                              tuple([(r[REQ_KEY], answer) for r in requests]), ()))
         for r in requests:
-            self.request_closed(r[0])
+            self.request_closed(r[REQ_KEY])
 
     def _batch_failed(self, batch_id: int, exc: BaseException) -> None:
         """Every request of the batch gets the error (logged with its traceback)."""
         error = (f"Failed to process the request(s) for model '{self.instance_name}', "
                  f"message: {_describe(exc)}")
         self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
-        self.send((p.BATCH_DONE, batch_id, error, ()) if self.decoupled
-                  else (p.RESPONSES, batch_id, error, (), ()))
+        self.send(p.batch_done(batch_id, error, ()) if self.decoupled
+                  else p.responses(batch_id, error, (), ()))
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
+        # a RequestMsg (protocol.request_msg), read whole
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \
             output_shm = msg
         if self.decoupled:  # only `_abort` asks, for a decoupled coroutine that raised
@@ -374,8 +434,8 @@ class Stub:
             with self._open_lock:
                 still_open = req._key in self._open
             if still_open:
-                self.send((p.SEND, req._key, ((int(code), message), (), "{}"),
-                           TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+                self.send(p.send(req._key, p.response_record((int(code), message), (), "{}"),
+                                 TRITONSERVER_RESPONSE_COMPLETE_FINAL))
                 self.request_closed(req._key)
 
     def on_sequence_terminated(self, correlation_id: int | str, reason: str) -> None:
@@ -404,9 +464,9 @@ class Stub:
             if not isinstance(ready, bool):
                 raise StubError("is_ready() must return a boolean value")
         except BaseException as exc:  # noqa: BLE001 - not ready, with the reason
-            self.send((p.READINESS, _describe(exc), False))
+            self.send(p.readiness(_describe(exc), False))
             return
-        self.send((p.READINESS, None, ready))
+        self.send(p.readiness(None, ready))
 
     def on_finalize(self) -> None:
         self.finalizing = True
@@ -416,7 +476,7 @@ class Stub:
                 self.model.finalize()
             except BaseException as exc:  # noqa: BLE001 - finalize errors are only logged
                 self.log_error(f"finalize of '{self.instance_name}' failed: {_describe(exc)}")
-        self.send((p.FINALIZED,))
+        self.send(p.finalized())
         self._running = False
 
     def close(self) -> None:

@@ -202,7 +202,7 @@ def scheduler_for(config: str):
 
 
 def submit(scheduler, value: int, priority: int = 0, timeout_us: int = 0):
-    from pbserve.backend.scheduling.pending import PendingRequest
+    from pbserve.backend.pending import PendingRequest
     from pbserve.backend.types import InferRequest
 
     request = InferRequest("m", id=str(value), priority=priority, timeout_us=timeout_us)

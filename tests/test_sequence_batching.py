@@ -244,7 +244,7 @@ def batcher_for(config: str):
 
 
 def seq_submit(batcher, key: int, corrid: int | str = 0, flags: int = 0):
-    from pbserve.backend.scheduling.pending import PendingRequest
+    from pbserve.backend.pending import PendingRequest
     from pbserve.backend.types import InferRequest
 
     request = InferRequest("m", id=str(key), correlation_id=corrid, flags=flags)

@@ -15,7 +15,7 @@ from pbserve.backend.config.model_config import (
     read_model_config,
 )
 from pbserve.backend.types import InferRequest, TensorData
-from pbserve.backend.scheduling.validation import RequestValidator, batch_size, validate_request
+from pbserve.backend.validation import RequestValidator, batch_size, validate_request
 from pbserve.errors import ErrorCode, ServerError
 
 CONFORMANCE_MODELS = Path("/work/shared/conformance/models")

@@ -29,7 +29,7 @@ from pbserve.backend.repository.file_override import (
 from pbserve.backend.instances.gpus import visible_gpus
 from pbserve.backend.instances.instance import ModelInstance, RunningInstances
 from pbserve.backend.instances.shm_upkeep import ShmUpkeep
-from pbserve.backend.scheduling.outage import RESTART_WAIT_S
+from pbserve.backend.instances.outage import RESTART_WAIT_S
 from pbserve.backend.polling.linger import Linger
 from pbserve.backend.config.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository.repository import (

@@ -11,19 +11,21 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from pbserve.backend.repository.execution_env import stub_python
-from pbserve.backend.instances.instance import InstanceState, ModelInstance, RunningInstances
+from pbserve.backend.instances.instance import (
+    InstanceServices, ModelInstance, RunningInstances)
+from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
 from pbserve.backend.config.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
-from pbserve.backend.scheduling.outage import RESTART_WAIT_S, Outage
-from pbserve.backend.scheduling.pending import PendingRequest
+from pbserve.backend.instances.outage import RESTART_WAIT_S, Outage
+from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduling.scheduler import Scheduler
 from pbserve.backend.scheduling.sequence_batcher import SequenceBatcher
 from pbserve.backend.instances.stub_calls import StubCalls
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.observability.tracing import TRACER, Trace
-from pbserve.backend.scheduling.validation import RequestValidator
+from pbserve.backend.validation import RequestValidator
 from pbserve.backend.instances.warmup import warm_up, warmup_samples
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.instances.block_refs import BlockRefs
@@ -31,6 +33,7 @@ from pbserve.backend.instances.shm_upkeep import (
     SHM_WAIT_S, ShmUpkeep, shm_capacity, too_large_message, waited_message)
 from shm.region import ShmExhausted
 from shm.pool import Block, RegionMap
+from stub import protocol as p
 from tritonclient.grpc import model_config_pb2 as mc
 
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
@@ -42,6 +45,9 @@ AHEAD_MAX_BYTES = 1 << 20
 
 
 class Model:
+    """One loaded version of a model. The `InstanceEvents` of its instances
+    (instances/events.py): they tell it when they can take a batch and how one ended."""
+
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
                  refs: BlockRefs, regions: RegionMap, calls: StubCalls,
                  running: RunningInstances | None = None,
@@ -55,10 +61,8 @@ class Model:
         self.decoupled = is_decoupled(cfg)
         self.stats = ModelStats(name, self.version)
         self._refs = refs
-        self._regions = regions
-        self._calls = calls
-        self._running = running or RunningInstances()
-        self._upkeep = upkeep
+        self._services = InstanceServices(regions, calls, running or RunningInstances(),
+                                          refs, upkeep)
         self._on_request_done = on_request_done  # after each request's (final) response
         self._stages = False  # whether requests are queued with their inputs out of shm
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
@@ -124,13 +128,16 @@ class Model:
         batch_size = self._validator.validate(request)
         descs, blocks = self._copy_inputs(request, batch_size)
         key = next(_keys)
-        msg = (key, request.id, request.correlation_id, request.flags, "{}", 0,
-               self._output_names, descs, False, None)
+        msg = p.request_msg(key=key, request_id=request.id,
+                            correlation_id=request.correlation_id, flags=request.flags,
+                            parameters_json="{}", timeout_us=0, requested=self._output_names,
+                            inputs=descs, lendable=False, output_shm=None)
         return PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
                               streaming=self.decoupled)
 
     def _create_instances(self) -> None:
-        self.scheduler = self._new_scheduler(self.cfg)
+        """The instances of every group, not started. The first one runs auto-complete,
+        so the scheduler is made later, from the completed config (`_set_config`)."""
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
             # As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
@@ -139,24 +146,17 @@ class Model:
             placements = [d for d in devices for _ in range(max(group.count, 1))]
             for i, device in enumerate(placements):
                 instance_name = f"{group_name}_{i}"
-                args = {
-                    "model_config": "",
-                    "model_instance_kind": _KIND_NAME.get(group.kind, "CPU"),
-                    "model_instance_name": instance_name,
-                    "model_instance_device_id": str(device),
-                    "model_repository": str(self.model_dir),
-                    "model_version": self.version,
-                    "model_name": self.name,
-                }
-                self.instances.append(ModelInstance(
-                    model_name=self.name, model_version=self.version, name=instance_name,
-                    model_path=str(self.model_path), init_args=args,
-                    decoupled=self.decoupled, regions=self._regions,
-                    on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
-                    model_log=self._log, calls=self._calls, python=self._python,
-                    refs=self._refs, running=self._running, on_down=self._instance_down,
-                    on_up=self._instance_up, upkeep=self._upkeep))
-        self.scheduler.instances = self.instances
+                args = (  # `initialize`'s; "model_config" comes with _set_config
+                    ("model_instance_kind", _KIND_NAME.get(group.kind, "CPU")),
+                    ("model_instance_name", instance_name),
+                    ("model_instance_device_id", str(device)),
+                    ("model_repository", str(self.model_dir)),
+                    ("model_version", self.version),
+                    ("model_name", self.name),
+                )
+                spec = InstanceSpec(self.name, self.version, instance_name,
+                                    str(self.model_path), args, self._python)
+                self.instances.append(ModelInstance(spec, self._services, self, self._log))
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
         """Adopt the completed config: what `initialize` gets and requests are checked by."""
@@ -168,10 +168,7 @@ class Model:
         self.scheduler.instances = self.instances
         config_json = config_to_json(cfg)
         for instance in self.instances:
-            instance.init_args["model_config"] = config_json
-            instance.decoupled = self.decoupled
-            instance.set_on_idle(self.scheduler.on_idle, self.scheduler.reschedule,
-                                 getattr(self.scheduler, "requeue", None))
+            instance.configure(config_json, self.decoupled)
 
     def _new_scheduler(self, cfg: mc.ModelConfig) -> Scheduler | SequenceBatcher:
         """Triton's choice: the sequence batcher when configured, else the dynamic
@@ -188,8 +185,22 @@ class Model:
         for instance in self.instances:
             instance.retire()
 
-    def _instance_down(self, instance: ModelInstance, cause: str, restart_failed: bool
-                       ) -> None:
+    # -- InstanceEvents (instances/events.py) --------------------------------------------
+    def instance_idle(self, instance: ModelInstance) -> None:
+        if self.scheduler is not None:
+            self.scheduler.on_idle(instance)
+
+    def reschedule(self, pending: PendingRequest) -> None:
+        assert self.scheduler is not None
+        self.scheduler.reschedule(pending)
+
+    def requeue(self, batch: list[PendingRequest]) -> None:
+        # only the default scheduler's instances queue a batch ahead (can_queue_another)
+        assert isinstance(self.scheduler, Scheduler)
+        self.scheduler.requeue(batch)
+
+    def instance_down(self, instance: ModelInstance, cause: str, restart_failed: bool
+                      ) -> None:
         """An instance's stub died, or a restart of it failed: with no instance left to
         run, queued requests wait for one only so long (outage.py)."""
         if restart_failed:
@@ -197,8 +208,24 @@ class Model:
         if not any(i.state is InstanceState.READY for i in self.instances):
             self._outage.begin(cause)
 
-    def _instance_up(self, instance: ModelInstance) -> None:
+    def instance_up(self, instance: ModelInstance) -> None:
         self._outage.end()
+
+    def batch_done(self, batch: list[PendingRequest]) -> None:
+        """A batch ended: the model's execution statistics (Triton's)."""
+        stats = self.stats
+        stats.exec_count += 1
+        now = time.monotonic_ns()
+        if batch and batch[0].exec_start_ns:
+            # The batch that ran: its requests' batch dimensions added up, as Triton.
+            size = sum([max(pending.batch_size, 1) for pending in batch])
+            figures = stats.batches.setdefault(size, [0, 0])
+            figures[0] += 1
+            figures[1] += now - batch[0].exec_start_ns
+        for pending in batch:
+            if pending.exec_start_ns:
+                stats.executed += 1
+                stats.compute_infer_us += (now - pending.exec_start_ns) // 1000
 
     def _fail_queued(self, error: ServerError) -> None:
         """The outage lasted too long: what is queued gets `error`."""
@@ -379,8 +406,11 @@ class Model:
         # counts references, block_refs.py) and the model answers once per request.
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
-        msg = (key, request.id, request.correlation_id, request.flags, params,
-               request.timeout_us, requested, descs, lendable, output_shm)
+        msg = p.request_msg(key=key, request_id=request.id,
+                            correlation_id=request.correlation_id, flags=request.flags,
+                            parameters_json=params, timeout_us=request.timeout_us,
+                            requested=requested, inputs=descs, lendable=lendable,
+                            output_shm=output_shm)
         pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
                                  self._free_blocks, streaming)
         if not staged:
@@ -470,7 +500,7 @@ class Model:
             return self._shm_short(pending)
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
-        pending.inputs = (*msg[:7], descs, lendable, msg[9])
+        pending.inputs = p.with_inputs(msg, descs, lendable)
         pending.blocks.extend(blocks)
         pending.unstaged = None
         return True
@@ -507,21 +537,6 @@ class Model:
     def _free_blocks(self, blocks: list[Block]) -> None:
         for block in blocks:
             self._refs.drop((block.region, block.offset))
-
-    def _on_batch_done(self, batch: list[PendingRequest]) -> None:
-        stats = self.stats
-        stats.exec_count += 1
-        now = time.monotonic_ns()
-        if batch and batch[0].exec_start_ns:
-            # The batch that ran: its requests' batch dimensions added up, as Triton.
-            size = sum([max(pending.batch_size, 1) for pending in batch])
-            figures = stats.batches.setdefault(size, [0, 0])
-            figures[0] += 1
-            figures[1] += now - batch[0].exec_start_ns
-        for pending in batch:
-            if pending.exec_start_ns:
-                stats.executed += 1
-                stats.compute_infer_us += (now - pending.exec_start_ns) // 1000
 
     def _completed(self, pending: PendingRequest, response: InferResponse) -> None:
         """A request's final response: its statistics, then `on_request_done`."""

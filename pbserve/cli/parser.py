@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pbserve.backend.scheduling.outage import RESTART_WAIT_S
+from pbserve.backend.instances.outage import RESTART_WAIT_S
 from pbserve.cli.ignored_flags import add_ignored_flags
 from pbserve.cli.trace_flags import add_trace_flags
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV

@@ -24,7 +24,7 @@ from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
 from pbserve.backend.observability.tracing import TRACER
-from pbserve.backend.scheduling.validation import RequestValidator
+from pbserve.backend.validation import RequestValidator
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 

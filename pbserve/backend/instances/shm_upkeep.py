@@ -97,7 +97,7 @@ class ShmUpkeep:
         self._relieved = now
         self._forget(self._pool.trim(force=True), None)
         for instance in self._instances():
-            instance.send_control((p.TRIM,))
+            instance.send_control(p.trim())
         return False
 
     def regions_gone(self, source: ModelInstance, names: tuple[str, ...]) -> None:
@@ -111,5 +111,5 @@ class ShmUpkeep:
         self._regions.drop(names)
         for instance in self._instances():
             if instance is not source:
-                instance.send_control((p.FORGET_REGIONS, names))
+                instance.send_control(p.forget_regions(names))
         log.debug("gave back shared-memory regions %s", ", ".join(names))

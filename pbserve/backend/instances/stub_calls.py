@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pbserve.backend.instances.remote_calls import RemoteModels
     from pbserve.backend.instances.instance import ModelInstance
     from pbserve.backend.model import Model
-    from pbserve.backend.scheduling.pending import PendingRequest
+    from pbserve.backend.pending import PendingRequest
 
 log = logging.getLogger("pbserve.backend")
 NO_TOKEN = 0

@@ -29,7 +29,7 @@ class UserReadiness:
             return None
         if self._inflight is None:
             self._inflight = asyncio.get_running_loop().create_future()
-            self._send_control((p.IS_READY,))
+            self._send_control(p.is_ready())
         try:
             error, ready = await asyncio.wait_for(asyncio.shield(self._inflight), TIMEOUT_S)
         except asyncio.TimeoutError:

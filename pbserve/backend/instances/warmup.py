@@ -27,7 +27,7 @@ from pbserve.errors import ErrorCode, ServerError
 
 if TYPE_CHECKING:
     from pbserve.backend.instances.instance import ModelInstance
-    from pbserve.backend.scheduling.pending import PendingRequest
+    from pbserve.backend.pending import PendingRequest
 
 log = logging.getLogger("pbserve.backend")
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.instances.instance import RESCHEDULE_UNSUPPORTED, ModelInstance
-from pbserve.backend.scheduling.pending import PendingRequest
+from pbserve.backend.instances.instance import ModelInstance
+from pbserve.backend.pending import PendingRequest
+from pbserve.backend.scheduling.reorder import ReorderBuffer
 from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
 
@@ -34,6 +35,8 @@ TIMEOUT_EXPIRED = "Request timeout expired"
 SHM_RETRY_S = 0.005  # /dev/shm was full: dispatching is tried again after this
 QUEUE_FULL = "Exceeds maximum queue size"
 _UNKNOWN_ID = "<id_unknown>"
+RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
+                          "while the model is not configured to handle such a flag.")
 
 
 def reject(pending: PendingRequest, code: ErrorCode, message: str) -> None:
@@ -120,102 +123,6 @@ class _Level:
         return len(self.queue) + len(self.delayed)
 
 
-class _Ordering:
-    """preserve_ordering (Triton's DelegateResponse): the requests in the order they
-    were batched; a request's responses are held until those before it are complete."""
-
-    def __init__(self) -> None:
-        self._line: deque[_OrderedFuture | _OrderedQueue] = deque()
-
-    def wrap(self, pending: PendingRequest) -> None:
-        """Give the request a sink that asks the ordering before it hands anything on
-        (at submit, before its caller awaits the sink)."""
-        if pending.future is not None:
-            pending.future = _OrderedFuture(self)
-        else:
-            pending.stream = _OrderedQueue(self)
-
-    def enter(self, pending: PendingRequest) -> None:
-        sink = pending.future if pending.future is not None else pending.stream
-        if isinstance(sink, (_OrderedFuture, _OrderedQueue)):
-            sink.in_line = True
-            self._line.append(sink)
-
-    def offer(self, sink: _OrderedFuture | _OrderedQueue, response: InferResponse) -> None:
-        if not sink.in_line or self._line[0] is sink:
-            sink.emit(response)
-            if sink.in_line and response.final:
-                self._line.popleft()
-                self._flush()
-        else:
-            sink.held.append(response)
-
-    def leave(self, sink: _OrderedFuture) -> None:
-        """The caller is gone (its future cancelled): no response of it will be offered,
-        so those after it stop waiting for it."""
-        if not sink.in_line:
-            return
-        sink.in_line = False
-        for response in sink.held:
-            response.release()
-        sink.held = []
-        was_head = self._line[0] is sink
-        self._line.remove(sink)
-        if was_head:
-            self._flush()
-
-    def _flush(self) -> None:
-        while self._line:
-            head = self._line[0]
-            held, head.held = head.held, []
-            for response in held:
-                head.emit(response)
-            if not held or not held[-1].final:
-                return
-            self._line.popleft()
-
-
-class _OrderedFuture(asyncio.Future):
-    """A unary request's result, handed on when the ordering allows."""
-
-    def __init__(self, ordering: _Ordering) -> None:
-        super().__init__()
-        self.ordering = ordering
-        self.in_line = False
-        self.held: list[InferResponse] = []
-
-    def set_result(self, result: InferResponse) -> None:
-        self.ordering.offer(self, result)
-
-    def cancel(self, msg: object = None) -> bool:
-        cancelled = super().cancel(msg)
-        if cancelled:
-            self.ordering.leave(self)
-        return cancelled
-
-    def emit(self, response: InferResponse) -> None:
-        if self.done():  # its caller is gone
-            response.release()
-        else:
-            super().set_result(response)
-
-
-class _OrderedQueue(asyncio.Queue):
-    """A streaming request's responses, handed on when the ordering allows."""
-
-    def __init__(self, ordering: _Ordering) -> None:
-        super().__init__()
-        self.ordering = ordering
-        self.in_line = False
-        self.held: list[InferResponse] = []
-
-    def put_nowait(self, item: InferResponse) -> None:
-        self.ordering.offer(self, item)
-
-    def emit(self, response: InferResponse) -> None:
-        super().put_nowait(response)
-
-
 class Scheduler:
     """`stage(pending)`: copies the inputs of a request that waited with them in process
     memory into shm as it is dispatched (Model._stage); False when it cannot go now:
@@ -250,7 +157,7 @@ class Scheduler:
         self._size = 0
         self._next_deadline = math.inf
         self._timer: asyncio.TimerHandle | None = None
-        self._ordering = _Ordering() if self._batching and db.preserve_ordering else None
+        self._ordering = ReorderBuffer() if self._batching and db.preserve_ordering else None
 
     def _add_level(self, level: int, policy: QueuePolicy) -> _Level:
         lv = self._levels[level] = _Level(policy)
@@ -307,8 +214,6 @@ class Scheduler:
             deadline = self._loop.time() + timeout_s
             self._watch(deadline)
         pending.queue_deadline = deadline
-        if self._ordering is not None:
-            self._ordering.wrap(pending)
         lv.queue.append((pending, deadline))
         self._size += 1
         self.dispatch()

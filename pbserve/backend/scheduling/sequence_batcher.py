@@ -36,12 +36,14 @@ from collections.abc import Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.instances.instance import RESCHEDULE_UNSUPPORTED, ModelInstance
+from pbserve.backend.instances.instance import ModelInstance
 from pbserve.backend.config.model_config import datatype_of
-from pbserve.backend.scheduling.pending import PendingRequest
-from pbserve.backend.scheduling.scheduler import arm, choose_batch, reject
+from pbserve.backend.pending import PendingRequest
+from pbserve.backend.scheduling.scheduler import (
+    RESCHEDULE_UNSUPPORTED, arm, choose_batch, reject)
 from pbserve.backend.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
 from pbserve.errors import ErrorCode
+from stub import protocol as p
 
 log = logging.getLogger("pbserve.backend")
 
@@ -450,9 +452,7 @@ class SequenceBatcher:
         controls = entry.controls.get(flags)
         if controls is None:
             controls = entry.controls[flags] = self._controls(entry)
-        # RequestMsg: (key, id, correlation_id, flags, params, timeout, requested, inputs)
-        return (*message[:2], entry.corrid, flags, *message[4:7], message[7] + controls,
-                *message[8:])
+        return p.in_sequence(message, entry.corrid, flags, controls)
 
     def _controls(self, entry: _Entry) -> tuple:
         """START, END, READY, CORRID, as Triton's SetControlTensors fills them."""

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 from pbserve.backend.types import InferRequest, InferResponse
 from shm.pool import Block
+
+
+class ResponseOrder(Protocol):
+    """What decides when a request's responses reach its caller (preserve_ordering:
+    scheduling/reorder.py). On the event loop."""
+
+    def offer(self, pending: PendingRequest, response: InferResponse) -> None:
+        """A response of `pending`; it goes on with `pending.emit`, now or later."""
 
 
 class PendingRequest:
@@ -18,13 +26,13 @@ class PendingRequest:
     default scheduler queues keeps its inputs in process memory until it is dispatched
     (`unstaged`, model.py's `_stage`). Responses go to
     `deliver`, which a unary caller reads through `future` and a streaming caller
-    through `stream`.
+    through `stream`; once batched under preserve_ordering, by way of `order`.
     """
 
     __slots__ = ("key", "request", "inputs", "unstaged", "shm_wait_since", "blocks",
                  "batch_size", "future", "stream", "arrival_s", "arrival_ns",
                  "queue_deadline", "exec_start_ns", "_free_blocks", "done",
-                 "cancelled", "instance", "on_complete")
+                 "cancelled", "instance", "on_complete", "order", "order_seq")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
                  batch_size: int, free_blocks: Callable[[list[Block]], None],
@@ -48,6 +56,9 @@ class PendingRequest:
         self.cancelled = False
         self.instance = None  # the ModelInstance running it, once dispatched
         self.on_complete: Callable[[], None] | None = None  # releases its client regions
+        # holds its responses back until their turn; `order_seq`, its number there, is set
+        # with it (ReorderBuffer.enter)
+        self.order: ResponseOrder | None = None
 
     def deliver(self, response: InferResponse) -> None:
         """Hand one response to the caller; a final one completes the request."""
@@ -56,6 +67,17 @@ class PendingRequest:
             return
         if response.final:
             self._complete()
+        if self.order is not None:
+            self.order.offer(self, response)
+        elif self.stream is not None:  # `emit`, inlined: this is every response's path
+            self.stream.put_nowait(response)
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(response)
+        else:
+            response.release()
+
+    def emit(self, response: InferResponse) -> None:
+        """Hand a response to the caller's sink (released if the caller is gone)."""
         if self.stream is not None:
             self.stream.put_nowait(response)
         elif self.future is not None and not self.future.done():
