@@ -10,7 +10,6 @@ repositories' files (repository_poller.py). Config precedence: config_sources.py
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from pbserve.backend.model import Model
 from pbserve.backend.config.config_checks import ENSEMBLE_PLATFORM, validate_io_config
 from pbserve.backend.ensemble.model import EnsembleModel
 from pbserve.backend.ensemble.remote_step import RemoteStep
+from pbserve.backend.loaded_model import LoadedModel
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.repository.file_override import (
@@ -35,6 +35,8 @@ from pbserve.backend.config.model_config import complete_defaults, config_to_dic
 from pbserve.backend.repository.repository import (
     check_explicit, check_model_name, find_model, scan_repositories, served_versions)
 from pbserve.backend.instances.remote_calls import RemoteModels
+from pbserve.backend.repository.dependencies import (
+    WaitingEnsembles, check_not_loading, loading)
 from pbserve.backend.repository.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.instances.stub_calls import StubCalls
@@ -46,53 +48,11 @@ from shm.pool import Pool, RegionMap
 log = logging.getLogger("pbserve.backend")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-# The ensembles whose load is waiting for the one in progress (the composing models
-# an ensemble loads first): a name seen twice is a circular dependency.
-_LOADING_ENSEMBLES: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
-    "loading_ensembles", default=())
 # Only what pbserve implements (Triton also lists classification and CUDA shared memory,
 # which pbserve refuses with a message saying so).
 EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
               "system_shared_memory", "statistics", "binary_tensor_data", "parameters",
               "generate", "logging", "trace"]
-
-
-class LoadedModel:
-    """A loaded model (or ensemble) resolved for one request (api.ModelHandle): the
-    client shared-memory regions a request names are resolved and held around it."""
-
-    __slots__ = ("_model", "_shm", "decoupled")
-
-    def __init__(self, model: Model | EnsembleModel, shm: SharedMemoryManager) -> None:
-        self._model = model
-        self._shm = shm
-        self.decoupled = model.decoupled
-
-    def expect(self) -> None:
-        self._model.expect_request()
-
-    async def infer(self, request: InferRequest) -> InferResponse:
-        if not request.uses_shm:
-            return await self._model.infer(request)
-        self._shm.resolve(request)
-        try:
-            return await self._model.infer(request)
-        finally:
-            request.release_shm()  # a no-op once the request was queued: it holds them
-
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        if not request.uses_shm:
-            return self._model.stream_infer(request)
-        return self._stream_holding_shm(request)
-
-    async def _stream_holding_shm(self, request: InferRequest
-                                  ) -> AsyncIterator[InferResponse]:
-        self._shm.resolve(request)  # here: released by the finally below
-        try:
-            async for response in self._model.stream_infer(request):
-                yield response
-        finally:
-            request.release_shm()
 
 
 @dataclass
@@ -157,8 +117,7 @@ class ModelManager:
         self._calls = StubCalls(self.model, self._regions.view, self)
         self._running = RunningInstances()  # whether a reply is watched for (instance.py)
         self._linger = Linger()  # the loop turns on for a while after each request
-        # composing model -> the ensembles unloaded when it went, loaded again when it is
-        self._waiting_ensembles: dict[str, set[str]] = {}
+        self._waiting = WaitingEnsembles()  # unloaded with a model they compose
         self._background: set[asyncio.Task] = set()
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
                                                  allow_client_shm, visible_gpus)
@@ -226,7 +185,7 @@ class ModelManager:
         self._live = False
         if self._poller is not None:
             await self._poller.stop()
-        self._waiting_ensembles.clear()
+        self._waiting.clear()
         await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
                              return_exceptions=True)
         self.shared_memory.close()
@@ -315,7 +274,7 @@ class ModelManager:
         return metrics.render(self.model_counters()) + self._calls.custom_metrics.render()
 
     # -- InferenceCore: inference ------------------------------------------------------
-    def model_handle(self, name: str, version: str = "") -> "LoadedModel":
+    def model_handle(self, name: str, version: str = "") -> LoadedModel:
         return LoadedModel(self.model(name, version), self.shared_memory)
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -487,12 +446,7 @@ class ModelManager:
                                      versions: list[int]
                                      ) -> dict[str, Model | EnsembleModel]:
         validate_io_config(cfg)
-        chain = _LOADING_ENSEMBLES.get()
-        if name in chain:
-            raise invalid_arg(f"circular dependency between ensembles: {name} -> ... -> "
-                              f"{chain[-1]} -> {name}")
-        token = _LOADING_ENSEMBLES.set((*chain, name))
-        try:
+        with loading(name):
             steps = list(dict.fromkeys(s.model_name for s in cfg.ensemble_scheduling.step))
             known = set(scan_repositories(self.repositories).models) | {
                 n for n, e in self._entries.items() if e.state == READY}
@@ -502,8 +456,6 @@ class ModelManager:
                                   f"or ambiguous: {', '.join(missing)}")
             for model in steps:
                 await self._load_composing(name, model)
-        finally:
-            _LOADING_ENSEMBLES.reset(token)
         loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
             ensemble = EnsembleModel(name, version, model_dir, cfg, self._step_model,
@@ -534,10 +486,7 @@ class ModelManager:
 
     async def _load_composing(self, ensemble: str, name: str) -> None:
         """Load `name` for `ensemble` unless it is loaded (or being loaded: then wait)."""
-        chain = _LOADING_ENSEMBLES.get()
-        if name in chain:  # waiting for its load would wait for this one
-            raise invalid_arg(f"circular dependency between ensembles: {name} -> ... -> "
-                              f"{chain[-1]} -> {name}")
+        check_not_loading(name)  # waiting for its load would wait for this one
         entry = self._entries.get(name)
         if entry is not None and entry.lock.locked():
             async with entry.lock:
@@ -571,12 +520,12 @@ class ModelManager:
         users = [e for e in self._entries.values() if e.state == READY and name in e.composing]
         for user in users:
             log.info("unloading '%s': it composes '%s', which was unloaded", user.name, name)
-            self._waiting_ensembles.setdefault(name, set()).add(user.name)
+            self._waiting.went(name, user.name)
             await self._unload(user)
 
     def _reload_waiting(self, name: str) -> None:
         """`name` is loaded: load again the ensembles its unload took down."""
-        for ensemble in sorted(self._waiting_ensembles.pop(name, ())):
+        for ensemble in self._waiting.came_back(name):
             entry = self._entries.get(ensemble)
             if entry is None or entry.state == READY or entry.lock.locked():
                 continue
