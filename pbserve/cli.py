@@ -17,6 +17,7 @@ from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.scheduling.outage import RESTART_WAIT_S
 from pbserve.backend.observability.tracing import TRACER
+from pbserve.backends import set_backend_directory
 from pbserve.ignored_flags import add_ignored_flags, warn_ignored
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV
 from pbserve.trace_flags import add_trace_flags, configure_tracing
@@ -152,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
              "python,shm-default-byte-size=N (each pool's first region, default 1 MiB) and "
              "python,shm-growth-byte-size=N (what a pool grows by, default 1 MiB) are used; "
              "other settings are accepted and ignored")
+    add("--backend-directory", default=None,
+        help="where Python-based backends live: a model with backend: \"<name>\" runs "
+             "<dir>/<name>/model.py (default /opt/tritonserver/backends, as tritonserver); "
+             "pbserve's built-in onnxruntime and pytorch backends are found first")
     add("--disable-auto-complete-config", action="store_true")
     add("--strict-model-config", type=_bool, default=None,
         help="true: as --disable-auto-complete-config; false: auto-complete (tritonserver's "
@@ -219,6 +224,7 @@ async def serve(args: argparse.Namespace) -> int:
     http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
     http_restricted, grpc_restricted = restricted(args)
     warn_ignored(args)
+    set_backend_directory(args.backend_directory)
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,

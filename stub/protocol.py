@@ -29,12 +29,12 @@ from __future__ import annotations
 import marshal
 
 # parent -> stub
-INIT = 1          # (INIT, args: dict[str, str], model_path, decoupled: bool)
+INIT = 1          # (INIT, args: dict[str, str], model_path, decoupled: bool, backend_path)
 EXECUTE = 2       # (EXECUTE, batch_id, requests: tuple[RequestMsg], frees)
 FINALIZE = 3      # (FINALIZE,)
 RELEASE = 4       # control queue: (RELEASE, frees: tuple[(region, offset)])
 CANCEL = 5        # control queue: (CANCEL, key)
-AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json)
+AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json, backend_path)
 REPLY = 7         # control queue: (REPLY, call_id, error: str | None, value)
 STREAM_ITEM = 8   # control queue: (STREAM_ITEM, call_id, value, final: bool)
 SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reason: str)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from pbserve.backend.repository.execution_env import stub_python
+from pbserve.backends import PYTHON_BACKEND, find_backend_model
 from pbserve.backend.instances.instance import InstanceState, ModelInstance, RunningInstances
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
@@ -72,6 +73,15 @@ class Model:
     @property
     def model_path(self) -> Path:
         return self.model_dir / self.version / (self.cfg.default_model_filename or "model.py")
+
+    @property
+    def backend_path(self) -> str:
+        """The model.py of a Python-based backend serving this model (pbserve/backends:
+        ONNX Runtime, PyTorch, --backend-directory); "" for a Python model."""
+        if self.cfg.backend == PYTHON_BACKEND:
+            return ""
+        found = find_backend_model(self.cfg.backend, self.model_dir, self.version)
+        return str(found) if found is not None else ""
 
     async def not_ready_reason(self) -> str | None:
         """Why the loaded model is not ready (Triton's words), None when it is: readiness
@@ -150,7 +160,8 @@ class Model:
                 }
                 self.instances.append(ModelInstance(
                     model_name=self.name, model_version=self.version, name=instance_name,
-                    model_path=str(self.model_path), init_args=args,
+                    model_path=str(self.model_path), backend_path=self.backend_path,
+                    init_args=args,
                     decoupled=self.decoupled, regions=self._regions,
                     on_idle=self.scheduler.on_idle, on_batch_done=self._on_batch_done,
                     model_log=self._log, calls=self._calls, python=self._python,

@@ -80,6 +80,7 @@ class ModelInstance:
                  on_batch_done: Callable[[list[PendingRequest]], None],
                  model_log: logging.Logger, calls: "StubCalls",
                  python: str | None = None, refs: BlockRefs | None = None,
+                 backend_path: str = "",
                  running: RunningInstances | None = None,
                  on_down: Callable[["ModelInstance", str, bool], None] | None = None,
                  on_up: Callable[["ModelInstance"], None] | None = None,
@@ -90,6 +91,7 @@ class ModelInstance:
         self.model_version = model_version
         self.name = name
         self.model_path = model_path
+        self.backend_path = backend_path  # a Python-based backend's model.py, or ""
         self.init_args = init_args
         self.decoupled = decoupled
         self.state = InstanceState.STOPPED
@@ -177,7 +179,8 @@ class ModelInstance:
         if self._stub is None:
             await self.launch()
         try:
-            self._stub.send((p.INIT, self.init_args, self.model_path, self.decoupled))
+            self._stub.send((p.INIT, self.init_args, self.model_path, self.decoupled,
+                            self.backend_path))
             # No time limit: a model may load for long; a stub that dies ends the wait.
             reply = await self._expect(p.INIT_DONE, "initialize", None)
             if reply[1] is not None:
@@ -222,7 +225,7 @@ class ModelInstance:
         """Run the model's `auto_complete_config` in this (launched) stub; the completed
         config as JSON, or None when the model does not define it."""
         assert self._stub is not None
-        self._stub.send((p.AUTO_COMPLETE, self.model_path, config_json))
+        self._stub.send((p.AUTO_COMPLETE, self.model_path, config_json, self.backend_path))
         reply = await self._expect(p.AUTO_COMPLETED, "auto-complete its config", None)
         if reply[1] is not None:
             await self._discard_stub()
