@@ -275,3 +275,36 @@ def test_configs_that_contradict_the_graph_fail_to_load(server, model, message) 
     assert not client.is_model_ready(model)
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert message in index[model]["reason"], index[model]["reason"]
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
+PIPELINE = ("text_features", "text_classifier", "text_labels", "text_pipeline")
+
+
+def test_the_examples_text_pipeline(tmp_path) -> None:
+    """models/examples: preprocess (Python) -> ONNX -> postprocess (Python) by BLS."""
+    args = ["--model-control-mode", "explicit"]
+    for name in PIPELINE:
+        args += ["--load-model", name]
+    with running_server(EXAMPLES, args=args, ready_timeout=60) as server:
+        client = server.http_client()
+        text = np.array([[b"hello there"], [b"12345 678"], [b"STOP THAT NOW"]], dtype=object)
+        r = client.infer("text_pipeline", [inp("TEXT", text, "BYTES")])
+        assert r.as_numpy("LABEL").reshape(-1).tolist() == [b"words", b"numbers", b"shouting"]
+        assert (r.as_numpy("SCORE") > 0.5).all()
+        cfg = client.get_model_config("text_classifier")
+        assert cfg["max_batch_size"] == 8 and "dynamic_batching" in cfg
+        assert [i["name"] for i in cfg["input"]] == ["FEATURES"]
+
+
+def test_the_examples_onnx_file_is_what_its_script_makes(tmp_path, monkeypatch) -> None:
+    import importlib.util
+
+    script = EXAMPLES.parents[1] / "scripts" / "make_example_onnx.py"
+    spec = importlib.util.spec_from_file_location("make_example_onnx", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "OUT", tmp_path)
+    module.main()
+    committed = EXAMPLES / "text_classifier" / "1" / "model.onnx"
+    assert (tmp_path / "model.onnx").read_bytes() == committed.read_bytes()
