@@ -168,3 +168,33 @@ def test_search_order(tmp_path: Path) -> None:
         assert backends.search_paths("x", None, None) == [tmp_path / "bd" / "x"]
     finally:
         backends.set_backend_directory(None)
+
+
+@pytest.mark.parametrize("text, files, backend, platform, filename", [
+    ("", ["model.onnx"], "onnxruntime", "onnxruntime_onnx", "model.onnx"),
+    ("", ["model.pt"], "pytorch", "pytorch_libtorch", "model.pt"),
+    ("", ["model.onnx", "model.py"], "onnxruntime", "onnxruntime_onnx", "model.onnx"),
+    ('platform: "onnxruntime_onnx"', [], "onnxruntime", "onnxruntime_onnx", "model.onnx"),
+    ('backend: "onnxruntime"', [], "onnxruntime", "onnxruntime_onnx", "model.onnx"),
+    ('platform: "pytorch_libtorch" default_model_filename: "net.pt"', [], "pytorch",
+     "pytorch_libtorch", "net.pt"),
+    ('default_model_filename: "model.pt"', [], "pytorch", "pytorch_libtorch", "model.pt"),
+    ("", ["model.py"], "python", "", "model.py"),
+])
+def test_the_backend_comes_from_the_config_or_the_first_version_folder(
+        tmp_path: Path, text, files, backend, platform, filename) -> None:
+    model = tmp_path / "m"
+    (model / "1").mkdir(parents=True)
+    (model / "2").mkdir()
+    for name in files:
+        (model / "1" / name).write_text("")
+    (model / "2" / "model.pt").write_text("")  # only the first version folder counts
+    cfg = complete_defaults(parse_model_config(text), "m", model)
+    assert (cfg.backend, cfg.platform, cfg.default_model_filename) == (backend, platform,
+                                                                       filename)
+
+
+def test_a_folder_named_model_onnx_does_not_name_the_backend(tmp_path: Path) -> None:
+    (tmp_path / "m" / "1" / "model.onnx").mkdir(parents=True)
+    with pytest.raises(Exception, match="Could not determine backend for model 'm'"):
+        complete_defaults(parse_model_config(""), "m", tmp_path / "m")
