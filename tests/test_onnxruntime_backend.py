@@ -111,6 +111,18 @@ def repo(tmp_path_factory) -> Path:
         input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]
         output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]
         ''')
+    # two versions (Add, then Mul) served at once, warmed up with zeros
+    for version, op in (("1", "Add"), ("2", "Mul")):
+        save_graph(repo / "versions" / version / "model.onnx",
+                   [helper.make_node(op, ["P", "Q"], ["R"])],
+                   [("P", FP32, ["b", 2]), ("Q", FP32, ["b", 2])], [("R", FP32, ["b", 2])])
+    write(repo / "versions" / "config.pbtxt", """
+        backend: "onnxruntime"
+        version_policy: { all { } }
+        model_warmup [ { name: "zeros" batch_size: 2 count: 3
+            inputs { key: "P" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } }
+            inputs { key: "Q" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } } ]
+        """)
     # configs that contradict their graphs: Triton's load errors
     add_mul(repo, "bad_dtype", """
         backend: "onnxruntime"
@@ -243,6 +255,20 @@ def test_a_python_model_calls_an_onnx_model_by_bls(server) -> None:
     np.testing.assert_array_equal(r.as_numpy("Y"), x + x + x * x)
 
 
+def test_versions_warmup_and_metrics_as_for_python_models(server) -> None:
+    client = server.http_client()
+    p, q = np.array([[2, 3]], np.float32), np.array([[4, 5]], np.float32)
+    for version, want in (("1", p + q), ("2", p * q)):
+        r = client.infer("versions", [inp("P", p, "FP32"), inp("Q", q, "FP32")],
+                         model_version=version)
+        np.testing.assert_array_equal(r.as_numpy("R"), want)
+    stats = client.get_inference_statistics("versions", "1")["model_stats"][0]
+    assert stats["inference_count"] == 1  # the warmup's 3 batches of 2 are not counted
+    import urllib.request
+    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+    assert 'nv_inference_count{model="versions",version="2"} 1' in text
+
+
 def test_requests_of_the_wrong_shape_or_datatype_are_refused_with_tritons_words(server) -> None:
     client = server.http_client()
     a = np.ones((2, 3), np.float32)
@@ -308,3 +334,42 @@ def test_the_examples_onnx_file_is_what_its_script_makes(tmp_path, monkeypatch) 
     module.main()
     committed = EXAMPLES / "text_classifier" / "1" / "model.onnx"
     assert (tmp_path / "model.onnx").read_bytes() == committed.read_bytes()
+
+
+def _env_without_onnxruntime(path: Path) -> Path:
+    """A Python environment for EXECUTION_ENV_PATH holding only what a stub needs (numpy,
+    posix_ipc): onnxruntime is genuinely not importable there."""
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = next((path / "lib").glob("python*/site-packages"))
+    for entry in ours.iterdir():
+        if entry.name.split(".")[0].split("-")[0] in ("numpy", "posix_ipc"):
+            target = theirs / entry.name
+            if entry.is_dir():
+                shutil.copytree(entry, target, symlinks=True)
+            else:
+                shutil.copy2(entry, target)
+    return path
+
+
+def test_a_missing_onnxruntime_fails_only_that_model_naming_what_to_install(tmp_path) -> None:
+    env = _env_without_onnxruntime(tmp_path / "env")
+    repo = tmp_path / "repo"
+    add_mul(repo, "no_runtime", f"""
+        backend: "onnxruntime"
+        parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{env}" }} }}
+        """)
+    add_mul(repo, "fine")
+    with running_server(repo, ready_path="/v2/health/live", ready_timeout=60) as server:
+        client = server.http_client()
+        assert client.is_model_ready("fine") and not client.is_model_ready("no_runtime")
+        reason = {m["name"]: m for m in client.get_model_repository_index()}[
+            "no_runtime"]["reason"]
+        assert ("the 'onnxruntime' backend needs the Python package 'onnxruntime', which "
+                "cannot be imported (ModuleNotFoundError: No module named 'onnxruntime'): "
+                "pip install 'pbserve[onnx]' (or pip install onnxruntime)") in reason, reason
