@@ -171,12 +171,19 @@ class Batcher:
             if sizes is None:
                 pieces[name] = [array] * count
                 continue
-            if array.ndim == 0 or array.shape[0] != sum(sizes):
+            total = sum(sizes)
+            if array.ndim == 0 or array.shape[0] != total:
                 raise ValueError(
-                    f"output '{name}' of a batch of {sum(sizes)} has shape "
+                    f"output '{name}' of a batch of {total} has shape "
                     f"{shape_string(array.shape)}: its first dimension must be the batch")
-            bounds = np.cumsum(sizes)[:-1]
-            pieces[name] = np.split(array, bounds) if len(sizes) > 1 else [array]
+            if len(sizes) == 1:
+                pieces[name] = [array]
+                continue
+            start, parts = 0, []
+            for size in sizes:
+                parts.append(array[start:start + size])
+                start += size
+            pieces[name] = parts
         return pieces
 
     def _error(self, exc: BaseException):
