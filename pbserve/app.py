@@ -20,6 +20,7 @@ from pbserve.backend.api import InferenceCore
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.observability.tracing import TRACER
+from pbserve.backends import set_backend_directory
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server
@@ -58,6 +59,7 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelM
     """The model manager of --model-repository (None without: a frontend of the plane)."""
     if not args.model_repository:
         return None
+    set_backend_directory(args.backend_directory)
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,

@@ -30,6 +30,30 @@ def import_model_module(model_path: str) -> ModuleType:
     return importlib.import_module(f"{version_dir.name}.{path.stem}")
 
 
+def import_backend_module(backend_path: str) -> ModuleType:
+    """A Python-based backend's model.py, as Triton's stub imports it: its folder is
+    appended to `sys.path` and the file is the top-level module of its stem (`model`).
+    The file is loaded by its path, so that another `model` module earlier on `sys.path`
+    is never taken for it."""
+    path = Path(backend_path)
+    if path.suffix != ".py":
+        raise ImportError(
+            f"Model name must end with '.py'. Model name is \"{path.name}\".")
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import the backend's model file '{path}'")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[path.stem]
+        raise
+    return module
+
+
 def _import_version_package(version: str, model_dir: Path) -> None:
     """The package `<version>` from this model's folder only. Left to `sys.path`, a folder
     of that name anywhere before the model folder (the working directory) would be found

@@ -29,12 +29,12 @@ from __future__ import annotations
 import marshal
 
 # parent -> stub
-INIT = 1          # (INIT, args: dict[str, str], model_path, decoupled: bool)
+INIT = 1          # (INIT, args: dict[str, str], model_path, decoupled: bool, backend_path)
 EXECUTE = 2       # (EXECUTE, batch_id, requests: tuple[RequestMsg], frees)
 FINALIZE = 3      # (FINALIZE,)
 RELEASE = 4       # control queue: (RELEASE, frees: tuple[(region, offset)])
 CANCEL = 5        # control queue: (CANCEL, key)
-AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json)
+AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json, backend_path)
 REPLY = 7         # control queue: (REPLY, call_id, error: str | None, value)
 STREAM_ITEM = 8   # control queue: (STREAM_ITEM, call_id, value, final: bool)
 SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reason: str)
@@ -117,8 +117,11 @@ def response_record(error: tuple[int, str] | None, outputs: tuple, parameters_js
 
 
 # -- parent -> stub ---------------------------------------------------------------------
-def init(args: dict[str, str], model_path: str, decoupled: bool) -> tuple:
-    return (INIT, args, model_path, decoupled)
+def init(args: dict[str, str], model_path: str, decoupled: bool,
+         backend_path: str = "") -> tuple:
+    """`backend_path`: the model.py of the Python-based backend serving the model, or
+    "" (the model's own `model_path`)."""
+    return (INIT, args, model_path, decoupled, backend_path)
 
 
 def execute(batch_id: int, requests: tuple, frees: tuple) -> tuple:
@@ -138,8 +141,8 @@ def cancel(key: int) -> tuple:
     return (CANCEL, key)
 
 
-def auto_complete(model_path: str, config_json: str) -> tuple:
-    return (AUTO_COMPLETE, model_path, config_json)
+def auto_complete(model_path: str, config_json: str, backend_path: str = "") -> tuple:
+    return (AUTO_COMPLETE, model_path, config_json, backend_path)
 
 
 def reply(call_id: int, error: str | None, value: object) -> tuple:

@@ -39,7 +39,7 @@ from stub.errors import StubError
 from stub.errors import describe as _describe
 from stub.log_levels import LogLevels
 from stub.memory import StubMemory
-from stub.model_loader import import_model_module, model_class
+from stub.model_loader import import_backend_module, import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
 from stub.tensors import input_tensors
@@ -174,12 +174,12 @@ class Stub:
                 self._expect_request(NEXT_NS)
 
     def _on_init_msg(self, message: tuple) -> None:
-        _, args, model_path, decoupled = message
-        self.on_init(args, model_path, decoupled)
+        _, args, model_path, decoupled, backend_path = message
+        self.on_init(args, model_path, decoupled, backend_path)
 
     def _on_auto_complete_msg(self, message: tuple) -> None:
-        _, model_path, config_json = message
-        self.on_auto_complete(model_path, config_json)
+        _, model_path, config_json, backend_path = message
+        self.on_auto_complete(model_path, config_json, backend_path)
 
     def _on_finalize_msg(self, message: tuple) -> None:
         self.on_finalize()
@@ -287,20 +287,24 @@ class Stub:
                     self.log_error(f"parent released an unknown block: {err}")
 
     # -- commands ---------------------------------------------------------------------
-    def _model_class(self, model_path: str) -> type:
-        """Import model.py once (auto-complete and initialize share the import)."""
+    def _model_class(self, model_path: str, backend_path: str = "") -> type:
+        """Import model.py once (auto-complete and initialize share the import): the
+        model's own, or a Python-based backend's (`backend_path`), which serves the model
+        whose file is `model_path` (`get_model_dir()` is that model's version folder)."""
         if self.module is None:
             directory = os.path.dirname(model_path)
             for utils in (backend_utils, triton_python_backend_utils):
                 utils.get_model_dir = lambda: directory
-            self.module = import_model_module(model_path)
+            self.module = import_backend_module(backend_path) if backend_path \
+                else import_model_module(model_path)
         return model_class(self.module)
 
-    def on_auto_complete(self, model_path: str, config_json: str) -> None:
+    def on_auto_complete(self, model_path: str, config_json: str,
+                         backend_path: str = "") -> None:
         """Run the class's `auto_complete_config` (Triton calls it on the class) and
         send the completed config back; None when the model has no such method."""
         try:
-            cls = self._model_class(model_path)
+            cls = self._model_class(model_path, backend_path)
             if not hasattr(cls, "auto_complete_config"):
                 self.send(p.auto_completed(None, None))
                 return
@@ -313,7 +317,8 @@ class Stub:
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
             self.send(p.auto_completed(_describe(exc), None))
 
-    def on_init(self, args: dict, model_path: str, decoupled: bool) -> None:
+    def on_init(self, args: dict, model_path: str, decoupled: bool,
+                backend_path: str = "") -> None:
         try:
             self.decoupled = decoupled
             self.model_name = args.get("model_name", "")
@@ -322,7 +327,7 @@ class Stub:
                 "string_value", "").lower() in ("true", "yes", "1", "on")
             self.runtime = StubRuntime(self, decoupled, self.memory)
             _runtime.set_runtime(self.runtime)
-            self.model = self._model_class(model_path)()
+            self.model = self._model_class(model_path, backend_path)()
             if hasattr(self.model, "initialize"):
                 self.model.initialize(args)
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error

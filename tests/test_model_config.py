@@ -264,8 +264,8 @@ SEQ = PY + "max_batch_size: 1 sequence_batching { control_input [ "
     ('name: "other" backend: "python"', "m",
      "unexpected directory name 'm' for model 'other', directory name must equal model name"),
     (PY + "max_batch_size: -1", "m", "'max_batch_size' must be non-negative value for m"),
-    ('backend: "onnxruntime"', "m",
-     ("unable to find backend library for backend 'onnxruntime', try specifying runtime on the "
+    ('backend: "vllm"', "m",
+     ("unable to find backend library for backend 'vllm', try specifying runtime on the "
       "model configuration.")),
     ("", "m",
      ("Invalid model name: Could not determine backend for model 'm' with no backend in model "

@@ -121,9 +121,9 @@ def test_ignored_flags_are_accepted_and_named_in_a_warning(tmp_path):
             "--backend-config", "python,default-max-batch-size=4"]
     with running_server(_repo(tmp_path, "log_probe"), args=args, log_path=log) as server:
         text = server.log_text()
-    for flag in ("--pinned-memory-pool-byte-size", "--backend-directory",
-                 "--rate-limit-resource"):
+    for flag in ("--pinned-memory-pool-byte-size", "--rate-limit-resource"):
         assert f"{flag} is accepted for compatibility with tritonserver and ignored" in text
     assert "--backend-config python,shm-region-prefix-name=mine is ignored" in text
     assert "default-max-batch-size" not in text  # used, so no warning
+    assert "--backend-directory is accepted" not in text  # used now (docs/backends.md)
     assert "--model-load-thread-count" not in IGNORED

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from pbserve.backend.repository.execution_env import stub_python
+from pbserve.backends import PYTHON_BACKEND, find_backend_model
 from pbserve.backend.instances.instance import (
     InstanceServices, ModelInstance, RunningInstances)
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState
@@ -77,6 +78,15 @@ class Model:
     def model_path(self) -> Path:
         return self.model_dir / self.version / (self.cfg.default_model_filename or "model.py")
 
+    @property
+    def backend_path(self) -> str:
+        """The model.py of a Python-based backend serving this model (pbserve/backends:
+        ONNX Runtime, PyTorch, --backend-directory); "" for a Python model."""
+        if self.cfg.backend == PYTHON_BACKEND:
+            return ""
+        found = find_backend_model(self.cfg.backend, self.model_dir, self.version)
+        return str(found) if found is not None else ""
+
     async def not_ready_reason(self) -> str | None:
         """Why the loaded model is not ready (Triton's words), None when it is: readiness
         follows the stubs (a dead or restarting one makes the model not ready), then
@@ -138,6 +148,7 @@ class Model:
     def _create_instances(self) -> None:
         """The instances of every group, not started. The first one runs auto-complete,
         so the scheduler is made later, from the completed config (`_set_config`)."""
+        backend_path = self.backend_path
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
             # As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
@@ -155,7 +166,8 @@ class Model:
                     ("model_name", self.name),
                 )
                 spec = InstanceSpec(self.name, self.version, instance_name,
-                                    str(self.model_path), args, self._python)
+                                    str(self.model_path), args, self._python,
+                                    backend_path)
                 self.instances.append(ModelInstance(spec, self._services, self, self._log))
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:

@@ -1,6 +1,6 @@
 """tritonserver flags pbserve accepts and ignores: each one given is named in a warning.
 
-They configure what only the C++ server has (its memory pools, backends directory,
+They configure what only the C++ server has (its memory pools,
 rate limiter, response cache, SageMaker and Vertex AI frontends, GPU metrics, ...).
 """
 
@@ -22,7 +22,6 @@ IGNORED = (
     "allow-cpu-metrics", "metrics-interval-ms", "cache-directory", "rate-limit",
     "pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "cuda-virtual-address-size",
     "buffer-manager-thread-count", "repoagent-directory", "response-cache-byte-size",
-    "backend-directory",
 )
 IGNORED_REPEATABLE = ("metrics-config", "cache-config", "rate-limit-resource", "host-policy",
                       "model-load-gpu-limit")

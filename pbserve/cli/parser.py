@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
              "python,shm-default-byte-size=N (each pool's first region, default 1 MiB) and "
              "python,shm-growth-byte-size=N (what a pool grows by, default 1 MiB) are used; "
              "other settings are accepted and ignored")
+    add("--backend-directory", default=None,
+        help="where Python-based backends live: a model with backend: \"<name>\" runs "
+             "<dir>/<name>/model.py (default /opt/tritonserver/backends, as tritonserver); "
+             "pbserve's built-in onnxruntime and pytorch backends are found first")
     add("--disable-auto-complete-config", action="store_true")
     add("--strict-model-config", type=_bool, default=None,
         help="true: as --disable-auto-complete-config; false: auto-complete (tritonserver's "

@@ -20,6 +20,7 @@ from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pbserve import backends
 from pbserve.backend.config import config_checks
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 
@@ -259,7 +260,7 @@ def complete_defaults(cfg: ModelConfig, model_name: str, model_path: Path | None
         raise invalid_arg(f"unexpected directory name '{model_name}' for model '{out.name}', "
                           "directory name must equal model name")
     if out.platform != config_checks.ENSEMBLE_PLATFORM:
-        _check_backend(out)
+        _check_backend(out, model_path)
     gpu_ids = sorted(set(gpus))
     config_checks.normalize_instance_groups(out, gpu_ids)
     config_checks.validate_instance_groups(out, gpu_ids)
@@ -301,48 +302,72 @@ def apply_auto_complete(cfg: ModelConfig, updated: ModelConfig) -> ModelConfig:
 
 def _autocomplete_backend_fields(cfg: ModelConfig, model_name: str,
                                  model_path: Path | None) -> None:
-    """Triton's AutoCompleteBackendFields, for the cases that can end in Python: the
-    name from the directory, backend "python" when a model.py is there."""
+    """Triton's AutoCompleteBackendFields, for the backends pbserve has: the name from
+    the directory; ONNX Runtime and PyTorch from the platform, the file name or a
+    model.onnx / model.pt in the first version folder (checked before Python, as
+    Triton); backend "python" when a model.py is there; the platform and file name
+    those backends imply."""
     if not cfg.name:
         cfg.name = model_name
     if not cfg.backend:
         unnamed = not cfg.platform and not cfg.default_model_filename
-        if cfg.default_model_filename == PYTHON_MODEL_FILENAME or (
-                unnamed and _first_version_has_model_py(model_path)):
-            cfg.backend = PYTHON_BACKEND
-        elif unnamed:
-            # Triton's custom-backend guess: "<anything>.<backend>" names the backend.
-            if "." not in model_name:
-                raise invalid_arg(
-                    f"Invalid model name: Could not determine backend for model '{model_name}'"
-                    " with no backend in model configuration. Expected model name of the form"
-                    " 'model.<backend_name>'.")
-            backend = model_name.split(".", 1)[1]
-            cfg.backend = backend
-            cfg.default_model_filename = f"model.{backend}"
+        for backend, platform, filename in _FRAMEWORKS:
+            if cfg.platform == platform or cfg.default_model_filename == filename or (
+                    unnamed and _first_version_has_file(model_path, filename)):
+                cfg.backend = backend
+                break
+        else:
+            if cfg.default_model_filename == PYTHON_MODEL_FILENAME or (
+                    unnamed and _first_version_has_file(model_path, PYTHON_MODEL_FILENAME)):
+                cfg.backend = PYTHON_BACKEND
+            elif unnamed:
+                # Triton's custom-backend guess: "<anything>.<backend>" names the backend.
+                if "." not in model_name:
+                    raise invalid_arg(
+                        f"Invalid model name: Could not determine backend for model "
+                        f"'{model_name}' with no backend in model configuration. Expected "
+                        "model name of the form 'model.<backend_name>'.")
+                backend = model_name.split(".", 1)[1]
+                cfg.backend = backend
+                cfg.default_model_filename = f"model.{backend}"
     if cfg.backend == PYTHON_BACKEND and not cfg.default_model_filename:
         cfg.default_model_filename = PYTHON_MODEL_FILENAME
+    for backend, platform, filename in _FRAMEWORKS:
+        if cfg.backend == backend:
+            cfg.platform = cfg.platform or platform
+            cfg.default_model_filename = cfg.default_model_filename or filename
 
 
-def _first_version_has_model_py(model_path: Path | None) -> bool:
-    """Triton looks only in the first subdirectory by name ("1" < "10" < "2")."""
+# (backend, platform, default model file name) of the frameworks with a built-in backend
+_FRAMEWORKS = (("onnxruntime", "onnxruntime_onnx", "model.onnx"),
+               ("pytorch", "pytorch_libtorch", "model.pt"))
+
+
+def _first_version_has_file(model_path: Path | None, filename: str) -> bool:
+    """Triton looks only in the first subdirectory by name ("1" < "10" < "2"), for a
+    file (a folder of that name does not count)."""
     if model_path is None:
         return False
     try:
         subdirs = sorted(p.name for p in Path(model_path).iterdir() if p.is_dir())
     except OSError:
         return False
-    return bool(subdirs) and (Path(model_path) / subdirs[0] / PYTHON_MODEL_FILENAME).exists()
+    return bool(subdirs) and (Path(model_path) / subdirs[0] / filename).is_file()
 
 
 _PYTHON_RUNTIMES = ("", "libtriton_python.so")
 
 
-def _check_backend(cfg: ModelConfig) -> None:
-    """TritonModel::Create: a backend must be named and be one we have (only Python)."""
+def _check_backend(cfg: ModelConfig, model_path: Path | None = None) -> None:
+    """TritonModel::Create: a backend must be named and be one we have: Python, or a
+    Python-based backend (pbserve/backends: a model.py in the model's folders, a
+    built-in one, or one in --backend-directory)."""
     if not cfg.backend:
         raise invalid_arg(f"must specify 'backend' for '{cfg.name}'")
     if cfg.backend != PYTHON_BACKEND:
+        if cfg.runtime in ("", backends.BACKEND_MODEL_FILENAME) and \
+                backends.backend_exists(cfg.backend, model_path):
+            return
         raise invalid_arg(f"unable to find backend library for backend '{cfg.backend}', "
                           "try specifying runtime on the model configuration.")
     if cfg.runtime not in _PYTHON_RUNTIMES:

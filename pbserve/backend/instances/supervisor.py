@@ -54,6 +54,7 @@ class InstanceSpec:
     model_path: str  # the model.py the stub imports
     init_args: tuple[tuple[str, str], ...]
     python: str | None = None  # the stub's interpreter (EXECUTION_ENV_PATH); None: ours
+    backend_path: str = ""  # a Python-based backend's model.py serving the model, or ""
 
 
 class StubHost(Protocol):
@@ -133,7 +134,8 @@ class StubSupervisor:
         if self.stub is None:
             await self.launch()
         try:
-            self.stub.send(p.init(self._init_args, self.spec.model_path, self.decoupled))
+            self.stub.send(p.init(self._init_args, self.spec.model_path, self.decoupled,
+                                  self.spec.backend_path))
             # No time limit: a model may load for long; a stub that dies ends the wait.
             _, error, has_is_ready = await self._expect(p.INIT_DONE, "initialize", None)
             if error is not None:
@@ -177,7 +179,8 @@ class StubSupervisor:
         """Run the model's `auto_complete_config` in this (launched) stub; the completed
         config as JSON, or None when the model does not define it."""
         assert self.stub is not None
-        self.stub.send(p.auto_complete(self.spec.model_path, config_json))
+        self.stub.send(p.auto_complete(self.spec.model_path, config_json,
+                                       self.spec.backend_path))
         _, error, config = await self._expect(p.AUTO_COMPLETED, "auto-complete its config",
                                               None)
         if error is not None:

@@ -1,0 +1,229 @@
+"""What pbserve's built-in backends share: the config's tensors, batching requests
+along dimension 0 (Triton's backends gather a batch's inputs into one tensor and split
+each output back to its requests), responses, and Triton's shape words.
+
+Imported in the stub, by the backends' model.py files; numpy and pb_utils only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import triton_python_backend_utils as pb_utils
+
+# config data_type -> numpy dtype (TYPE_STRING: object arrays of bytes)
+NUMPY_TYPES = {
+    "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of the config: the shape a request has (dims) and, with a
+    `reshape`, the shape the framework's tensor has (both without the batch dimension)."""
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+
+    @property
+    def model_dims(self) -> tuple[int, ...]:
+        return self.dims if self.reshape is None else self.reshape
+
+
+def tensor_specs(config: dict[str, Any], kind: str) -> list[TensorSpec]:
+    """The config's "input" or "output" list as TensorSpecs."""
+    specs = []
+    for io in config.get(kind, []):
+        reshape = io.get("reshape")
+        specs.append(TensorSpec(
+            io["name"], io.get("data_type", "TYPE_INVALID"), tuple(int(d) for d in io["dims"]),
+            tuple(int(d) for d in reshape.get("shape", [])) if reshape is not None else None,
+            bool(io.get("optional", False))))
+    return specs
+
+
+def shape_string(shape: Sequence[int]) -> str:
+    """Triton's ShapeToString: [-1,3,4]."""
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+def parameter(config: dict[str, Any], key: str, default: str = "") -> str:
+    """A config parameter's string_value."""
+    value = config.get("parameters", {}).get(key)
+    if isinstance(value, dict):
+        return str(value.get("string_value", default))
+    return default
+
+
+def bool_parameter(config: dict[str, Any], key: str, default: bool) -> bool:
+    text = parameter(config, key, "").strip().lower()
+    if not text:
+        return default
+    return text in ("true", "1", "yes", "on")
+
+
+def int_parameter(config: dict[str, Any], key: str, default: int = 0) -> int:
+    text = parameter(config, key, "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"failed to convert '{key}' value '{text}' to an integer") from None
+
+
+Run = Callable[[dict[str, np.ndarray], list[str]], dict[str, np.ndarray]]
+
+
+class Batcher:
+    """Runs a list of requests through `run(inputs, output names) -> outputs`: with
+    `max_batch_size > 0`, requests whose inputs have the same shapes past dimension 0
+    run as one batch (their inputs concatenated, each output split back by the
+    requests' batch sizes); otherwise each request runs alone. An error fails the
+    requests of its batch only, with its message."""
+
+    def __init__(self, config: dict[str, Any], run: Run,
+                 describe: Callable[[BaseException], str] = str) -> None:
+        self.batching = int(config.get("max_batch_size", 0)) > 0
+        self.inputs = tensor_specs(config, "input")
+        self.outputs = tensor_specs(config, "output")
+        self.output_names = [o.name for o in self.outputs]
+        self._reshape_out = {o.name: o for o in self.outputs if o.reshape is not None}
+        self.run = run
+        self.describe = describe
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        gathered = []
+        for index, request in enumerate(requests):
+            try:
+                arrays = self._request_inputs(request)
+            except Exception as exc:  # noqa: BLE001 - that request fails, alone
+                responses[index] = self._error(exc)
+                gathered.append(None)
+                continue
+            gathered.append(arrays)
+            key = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(arrays.items())) \
+                if self.batching else (index,)
+            groups.setdefault(key, []).append(index)
+        for indices in groups.values():
+            self._run_group(requests, gathered, indices, responses)
+        return responses
+
+    def _request_inputs(self, request) -> dict[str, np.ndarray]:
+        arrays: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, spec.name)
+            if tensor is None:
+                continue  # an optional input the request left out
+            array = tensor.as_numpy()
+            if spec.reshape is not None:
+                batch = (array.shape[0],) if self.batching else ()
+                array = array.reshape(batch + spec.reshape)
+            arrays[spec.name] = array
+        return arrays
+
+    def _run_group(self, requests: list, gathered: list, indices: list[int],
+                   responses: list) -> None:
+        wanted = [self._wanted(requests[i]) for i in indices]
+        names = [n for n in self.output_names if any(n in w for w in wanted)]
+        try:
+            if len(indices) == 1:
+                inputs = gathered[indices[0]]
+            else:
+                inputs = {name: np.concatenate([gathered[i][name] for i in indices])
+                          for name in gathered[indices[0]]}
+            outputs = self.run(inputs, names)
+            sizes = [_batch_size(gathered[i]) for i in indices] if self.batching else None
+            pieces = self._split(outputs, names, sizes, len(indices))
+        except Exception as exc:  # noqa: BLE001 - the batch's requests fail with it
+            for i in indices:
+                responses[i] = self._error(exc)
+            return
+        for position, i in enumerate(indices):
+            responses[i] = pb_utils.InferenceResponse([
+                pb_utils.Tensor(name, pieces[name][position])
+                for name in names if name in wanted[position]])
+
+    def _wanted(self, request) -> set[str]:
+        requested = request.requested_output_names()
+        return set(requested) if requested else set(self.output_names)
+
+    def _split(self, outputs: dict[str, np.ndarray], names: list[str],
+               sizes: list[int] | None, count: int) -> dict[str, list[np.ndarray]]:
+        pieces: dict[str, list[np.ndarray]] = {}
+        for name in names:
+            array = outputs[name]
+            spec = self._reshape_out.get(name)
+            if spec is not None:
+                batch = (array.shape[0],) if self.batching else ()
+                array = array.reshape(batch + spec.dims)
+            if sizes is None:
+                pieces[name] = [array] * count
+                continue
+            total = sum(sizes)
+            if array.ndim == 0 or array.shape[0] != total:
+                raise ValueError(
+                    f"output '{name}' of a batch of {total} has shape "
+                    f"{shape_string(array.shape)}: its first dimension must be the batch")
+            if len(sizes) == 1:
+                pieces[name] = [array]
+                continue
+            start, parts = 0, []
+            for size in sizes:
+                parts.append(array[start:start + size])
+                start += size
+            pieces[name] = parts
+        return pieces
+
+    def _error(self, exc: BaseException):
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(self.describe(exc)))
+
+
+def _batch_size(arrays: dict[str, np.ndarray]) -> int:
+    for array in arrays.values():
+        return int(array.shape[0]) if array.ndim else 1
+    return 1
+
+
+def compare_dims(model_name: str, tensor_name: str, model_shape: Sequence[int],
+                 dims: Sequence[int], max_batch_size: int) -> None:
+    """Triton's CompareDimsSupported (onnxruntime backend): the config's dims must
+    match the model's shape (-1 in the model matches anything); ValueError in Triton's
+    words if not."""
+    model_shape = [int(d) for d in model_shape]
+    if max_batch_size > 0:
+        if not model_shape or model_shape[0] != -1:
+            raise ValueError(
+                f"model '{model_name}', tensor '{tensor_name}': for the model to support "
+                "batching the shape should have at least 1 dimension and the first "
+                "dimension must be -1; but shape expected by the model is "
+                f"{shape_string(model_shape)}")
+        full = [-1, *dims]
+        if not _dims_match(model_shape, full):
+            raise ValueError(
+                f"model '{model_name}', tensor '{tensor_name}': the model expects "
+                f"{len(model_shape)} dimensions (shape {shape_string(model_shape)}) but the "
+                f"model configuration specifies {len(full)} dimensions (an initial batch "
+                "dimension because max_batch_size > 0 followed by the explicit tensor shape, "
+                f"making complete shape {shape_string(full)})")
+    elif not _dims_match(model_shape, list(dims)):
+        raise ValueError(
+            f"model '{model_name}', tensor '{tensor_name}': the model expects "
+            f"{len(model_shape)} dimensions (shape {shape_string(model_shape)}) but the model "
+            f"configuration specifies {len(dims)} dimensions (shape {shape_string(dims)})")
+
+
+def _dims_match(model_shape: list[int], dims: list[int]) -> bool:
+    return len(model_shape) == len(dims) and all(
+        m == -1 or m == d for m, d in zip(model_shape, dims))
