@@ -304,11 +304,13 @@ def test_configs_that_contradict_the_graph_fail_to_load(server, model, message) 
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
-PIPELINE = ("text_features", "text_classifier", "text_labels", "text_pipeline")
+PIPELINE = ("text_features", "text_classifier", "text_labels", "text_pipeline",
+            "text_ensemble")
 
 
 def test_the_examples_text_pipeline(tmp_path) -> None:
-    """models/examples: preprocess (Python) -> ONNX -> postprocess (Python) by BLS."""
+    """models/examples: preprocess (Python) -> ONNX -> postprocess (Python) by BLS, and
+    the same as an ensemble."""
     args = ["--model-control-mode", "explicit"]
     for name in PIPELINE:
         args += ["--load-model", name]
@@ -318,6 +320,10 @@ def test_the_examples_text_pipeline(tmp_path) -> None:
         r = client.infer("text_pipeline", [inp("TEXT", text, "BYTES")])
         assert r.as_numpy("LABEL").reshape(-1).tolist() == [b"words", b"numbers", b"shouting"]
         assert (r.as_numpy("SCORE") > 0.5).all()
+        # the same three steps as an ensemble (Python -> ONNX -> Python): the same answers
+        e = client.infer("text_ensemble", [inp("TEXT", text, "BYTES")])
+        assert e.as_numpy("LABEL").tolist() == r.as_numpy("LABEL").tolist()
+        np.testing.assert_array_equal(e.as_numpy("SCORE"), r.as_numpy("SCORE"))
         cfg = client.get_model_config("text_classifier")
         assert cfg["max_batch_size"] == 8 and "dynamic_batching" in cfg
         assert [i["name"] for i in cfg["input"]] == ["FEATURES"]
