@@ -34,7 +34,7 @@ ROWS = [(1, 16, 1500), (8, 16, 1500), (1, 4194304, 2000)]  # concurrency, elemen
 
 def server_argv(python: str, spin0: bool = False, nofreeze: bool = False) -> list[str]:
     """pbserve's command line; `measure` puts the port for PORT."""
-    pre = "import pbserve.backend.instances.instance as i; i.REPLY_WATCH_NS = 0; " if spin0 else ""
+    pre = "import pbserve.backend.instances.hop as h; h.REPLY_WATCH_NS = 0; " if spin0 else ""
     pre += "import gc; gc.freeze = lambda: None; " if nofreeze else ""
     return [python, "-c", pre + "import sys; from pbserve.cli import main; sys.exit(main())",
             "--model-repository", REPO, "--grpc-address", "127.0.0.1", "--grpc-port",

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from pbserve.backend.instances import instance as instance_module
-from pbserve.backend.instances.instance import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
+from pbserve.backend.instances import hop as hop_module
+from pbserve.backend.instances.hop import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.errors import ServerError
 from pbserve.testing import load_models, running_server
@@ -90,8 +90,8 @@ def test_an_announced_request_wakes_its_idle_stub_once_and_only_while_cpu_is_spa
 
     machine = _Machine(spare=True)
     monkeypatch.setattr(StubProcess, "announce", counted)
-    monkeypatch.setattr(instance_module, "MACHINE", machine)
-    monkeypatch.setattr(instance_module, "EXPECT_EVERY_NS", 10**12)
+    monkeypatch.setattr(hop_module, "MACHINE", machine)
+    monkeypatch.setattr(hop_module, "EXPECT_EVERY_NS", 10**12)
     with load_models(MODELS, models=["sleepy"]) as models:
         def expect(name: str, version: str = "") -> None:
             try:  # as a frontend: an unknown model is the request's error, no hint
@@ -105,7 +105,7 @@ def test_an_announced_request_wakes_its_idle_stub_once_and_only_while_cpu_is_spa
         assert announced == [pid]  # once, however many hints
         assert int(models.infer("sleepy", sleep_ms(0))["PID"][0]) == pid
 
-        monkeypatch.setattr(instance_module, "EXPECT_EVERY_NS", 0)
+        monkeypatch.setattr(hop_module, "EXPECT_EVERY_NS", 0)
         _on_loop(models, lambda: expect("sleepy"))  # a hint no request follows:
         assert announced == [pid, pid]
         for _ in range(20):  # the stub polls for a while, then sleeps; all answered
@@ -162,7 +162,7 @@ def test_a_killed_stub_costs_only_its_running_request_not_the_one_queued_behind_
 
         def short_hops() -> bool:  # then the instance may queue a request ahead
             models.infer("sleepy", sleep_ms(0))
-            return instance._hop_ns < QUEUE_AHEAD_MAX_HOP_NS
+            return instance.hop.hop_ns < QUEUE_AHEAD_MAX_HOP_NS
         wait_for(short_hops, "the instance's hops to be short (a loaded machine)")
         pid = int(models.infer("sleepy", sleep_ms(0))["PID"][0])
         running: list = []

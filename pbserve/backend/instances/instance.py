@@ -18,26 +18,15 @@ from pbserve.backend.instances.events import InstanceEvents
 from pbserve.backend.instances.outputs import StubOutputs
 from pbserve.backend.instances.shm_upkeep import ShmUpkeep
 from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.hop import REPLY_WATCH_NS, Hop
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState, StubSupervisor
 from pbserve.backend.observability.log_escape import escaped
 from pbserve.backend.pending import PendingRequest
-from pbserve.backend.polling.spare_cpu import MACHINE
 from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap, ShmSizes
 from stub import protocol as p
 
-# The parent watches this long at most, on each turn of its event loop, for the reply of
-# a request it sent to an idle instance (ModelInstance.watch_for_reply); longer hops are
-# left to the doorbell.
-REPLY_WATCH_NS = 300_000
-# An idle stub is told at most this often that a request is coming (expect_request):
-# about as long as it polls for one (stub/stub.py EXPECT_NS).
-EXPECT_EVERY_NS = 200_000
-_HOP_WEIGHT = 8  # the hop estimate follows 1/8 of each new figure
-# A second batch waits in the stub's queue only behind batches shorter than this
-# (ModelInstance.can_queue_another).
-QUEUE_AHEAD_MAX_HOP_NS = 1_000_000
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
@@ -95,9 +84,7 @@ class ModelInstance:
         self._outputs = StubOutputs(spec.model_name, spec.model_version, services.regions,
                                     services.refs, self._supervisor)
         self._frees = self._outputs.frees  # owed to the stub: they go with the next EXECUTE
-        self._hop_ns = 0  # recent EXECUTE -> answer times (moving average)
-        self._announced_ns = -(2**62)  # when the stub was last told a request is coming (never)
-        self._batch_sent_ns = 0
+        self.hop = Hop()  # the hop's average and the latency tricks weighing it (hop.py)
         self._handlers = self._message_handlers()
 
     def configure(self, config_json: str, decoupled: bool) -> None:
@@ -132,7 +119,7 @@ class ModelInstance:
         a slow instance might have gone to another that frees sooner."""
         return (self._supervisor.state is InstanceState.READY and len(self._batches) == 1
                 and not self.decoupled and self.self_calls == 0
-                and self._hop_ns < QUEUE_AHEAD_MAX_HOP_NS)
+                and self.hop.may_queue_ahead())
 
     @property
     def ready(self) -> bool:
@@ -239,7 +226,7 @@ class ModelInstance:
         self._frees.clear()
         if not self.busy:  # else it waits in the stub's queue; it starts when that ends
             self._running.count += 1
-            self._batch_sent_ns = now
+            self.hop.sent(now)
             self.busy = True
         self._batches[batch_id] = batch
         inflight = self._inflight
@@ -256,20 +243,17 @@ class ModelInstance:
         stub = self._supervisor.stub
         if not self.ready or stub is None:
             return
-        now = time.monotonic_ns()
-        if now - self._announced_ns > EXPECT_EVERY_NS and MACHINE.spare():
-            self._announced_ns = now
+        if self.hop.may_announce(time.monotonic_ns()):
             stub.announce()
 
     def watch_for_reply(self) -> None:
         """Just after `execute` of a request that found this instance idle: look for the
-        stub's answer on each turn of the event loop (at most REPLY_WATCH_NS), so that an
+        stub's answer on each turn of the event loop (at most hop.REPLY_WATCH_NS), so that an
         idle loop does not sleep in epoll and get woken by the doorbell, a wake-up of an
         idle CPU on the round trip (StubProcess.watch_up). Only when no other instance is
         running and this instance's recent hops fit in the budget."""
         stub = self._supervisor.stub
-        if self._running.count == 1 and not self.decoupled \
-                and self._hop_ns < REPLY_WATCH_NS and stub is not None:
+        if not self.decoupled and stub is not None and self.hop.may_watch(self._running.count):
             stub.watch_up(REPLY_WATCH_NS)
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
@@ -393,19 +377,16 @@ class ModelInstance:
         if self.busy:
             self._running.count -= 1
             self.busy = False
-            self._time_hop(time.monotonic_ns())
+            self.hop.answered(time.monotonic_ns())
 
     def _start_next(self) -> None:
         """The stub goes on with the batch that waited in its queue: its compute time
         starts now."""
         now = time.monotonic_ns()
-        self._time_hop(now)
-        self._batch_sent_ns = now
+        self.hop.answered(now)
+        self.hop.sent(now)
         for pending in next(iter(self._batches.values())):
             pending.exec_start_ns = now
-
-    def _time_hop(self, now: int) -> None:
-        self._hop_ns += (now - self._batch_sent_ns - self._hop_ns) // _HOP_WEIGHT
 
     def _reschedule(self, key: int) -> None:
         """RESCHEDULE: the request goes back to the scheduler instead of completing."""
