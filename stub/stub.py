@@ -169,9 +169,11 @@ class Stub:
         self.on_execute(batch_id, requests, frees)
         self._answered_ns = time.perf_counter_ns()
         if self._announced:
-            self._announced = False
-            if self._gap_ns < NEXT_NS:  # the next comes soon, as the last did
-                self._expect_request(NEXT_NS)
+            # The next comes soon, as the last did: poll for it. One that comes while
+            # polling counts as announced, so a chain of close requests (an ensemble's
+            # steps on this model, a client's next request) is polled for throughout;
+            # the chain begins only with an announcement, which needs spare CPU.
+            self._announced = self._gap_ns < NEXT_NS and self._expect_request(NEXT_NS)
 
     def _on_init_msg(self, message: tuple) -> None:
         _, args, model_path, decoupled, backend_path = message
@@ -198,7 +200,7 @@ class Stub:
             gap = time.perf_counter_ns() - self._answered_ns
             self._gap_ns += (gap - self._gap_ns) // 8
 
-    def _expect_request(self, budget_ns: int) -> None:
+    def _expect_request(self, budget_ns: int) -> bool:
         """A request is on its way: poll the main queue for it, `budget_ns` at most,
         instead of sleeping in the semaphore; the parent's post of it then wakes no one.
         Used when the parent announced one (its `expect_request`: this process wakes
@@ -206,11 +208,12 @@ class Stub:
         when the next came soon the last times (NEXT_NS): the parent's announcement of
         it then makes no system call either. The parent announces only while the
         machine has CPU to spare. Yields the CPU on each poll: the parent, which is
-        making the request, may need it."""
+        making the request, may need it. Whether a message came."""
         deadline = time.perf_counter_ns() + budget_ns
         pending, now, yield_cpu = self.main_q.pending, time.perf_counter_ns, os.sched_yield
         while not pending() and now() < deadline:
             yield_cpu()
+        return pending()
 
     def _control_loop(self) -> None:
         handlers = self._control_handlers
