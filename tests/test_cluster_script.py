@@ -63,6 +63,18 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _command_lines(pids: list[int]) -> list[str]:
+    """The command lines of those of `pids` still running."""
+    lines = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                lines.append(f.read().replace(b"\0", b" ").decode(errors="replace")[:200])
+        except OSError:
+            continue
+    return lines
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_to_the_script_stops_the_frontend_workers_and_nats_server(tmp_path, sig):
     """SIGTERM: an orderly stop, status 0. SIGKILL: each process gets SIGTERM from the
@@ -101,7 +113,9 @@ def test_a_signal_to_the_script_stops_the_frontend_workers_and_nats_server(tmp_p
         assert proc.wait(60) == (0 if sig == signal.SIGTERM else -signal.SIGKILL), output()
         deadline = time.monotonic() + 60
         while [p for p in children if os.path.exists(f"/proc/{p}")]:
-            assert time.monotonic() < deadline, "the cluster's processes outlived it"
+            assert time.monotonic() < deadline, (
+                f"the cluster's processes outlived it: {_command_lines(children)}\n"
+                f"{output()}")
             time.sleep(0.1)
     finally:
         if proc.poll() is None:
