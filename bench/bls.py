@@ -65,7 +65,9 @@ def write_repository(repo: Path) -> None:
         (repo / name / "1" / "model.py").write_text(code)
 
 
-async def measure(repo: Path, seconds: float, mib: int) -> tuple[float, float]:
+async def measure(repo: Path, seconds: float, mib: int,
+                  models: tuple[str, str] = ("ident", "front")) -> tuple[float, float]:
+    """The mean time of a call of each of `models` (served from `repo`) with `mib` MiB."""
     manager = ModelManager([repo])
     await manager.start()
     data = np.ones(mib * MIB // 4, np.float32)
@@ -87,7 +89,7 @@ async def measure(repo: Path, seconds: float, mib: int) -> tuple[float, float]:
         return (time.perf_counter() - start) / n
 
     try:
-        return await timed("ident"), await timed("front")
+        return await timed(models[0]), await timed(models[1])
     finally:
         await manager.stop()
 

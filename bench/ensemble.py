@@ -16,45 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pbserve.backend.manager import ModelManager  # noqa: E402
-from pbserve.backend.types import InferRequest, TensorData  # noqa: E402
+from bls import measure  # noqa: E402  (bench/bls.py: the same timing, other models)
 
-MIB = 1 << 20
 REPO = Path(__file__).resolve().parent / "ensemble_models"
-
-
-async def measure(seconds: float, mib: int) -> tuple[float, float]:
-    manager = ModelManager([REPO])
-    await manager.start()
-    data = np.ones(mib * MIB // 4, np.float32)
-
-    async def call(model: str) -> None:
-        request = InferRequest(model, inputs=[
-            TensorData("INPUT0", "FP32", data.shape, memoryview(data).cast("B"))])
-        response = await manager.infer(request)
-        assert response.error is None, response.error
-        assert response.outputs[0].data.nbytes == data.nbytes
-        response.release()
-
-    async def timed(model: str) -> float:
-        await call(model)
-        n, start = 0, time.perf_counter()
-        while n < 3 or time.perf_counter() - start < seconds:
-            await call(model)
-            n += 1
-        return (time.perf_counter() - start) / n
-
-    try:
-        return await timed("identity_step"), await timed("identity3")
-    finally:
-        await manager.stop()
 
 
 def main() -> None:
@@ -67,7 +35,8 @@ def main() -> None:
         run = uvloop.run
     except ImportError:
         run = asyncio.run
-    direct, ensemble = run(measure(args.seconds, args.mib))
+    direct, ensemble = run(measure(REPO, args.seconds, args.mib,
+                                   ("identity_step", "identity3")))
     print(f"one call (identity_step)            {direct * 1e3:8.2f} ms")
     print(f"three-step ensemble (identity3)     {ensemble * 1e3:8.2f} ms")
     print(f"ensemble / call = {ensemble / direct:.2f}x")

@@ -278,10 +278,7 @@ class Model:
     # -- requests ---------------------------------------------------------------------
     async def infer(self, request: InferRequest, descs: tuple | None = None) -> InferResponse:
         if self.decoupled:
-            raise ServerError(ErrorCode.UNSUPPORTED, (
-                f"[request id: {request.id or '<id_unknown>'}] model '{self.name}' is using "
-                f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
-                f"HTTP generate_stream) to receive its responses"))
+            raise unary_on_decoupled(self.name, request.id)
         trace = self._trace(request)
         pending = self._submit(request, streaming=False, descs=descs) if trace is None \
             else self._traced_submit(trace, request, False, descs)
@@ -570,6 +567,14 @@ class Model:
 
     def _error(self, pending: PendingRequest, error: ServerError) -> InferResponse:
         return InferResponse(self.name, self.version, pending.request.id, error=error)
+
+
+def unary_on_decoupled(model_name: str, request_id: str) -> ServerError:
+    """A request for one response to a decoupled model (or ensemble): refused."""
+    return ServerError(ErrorCode.UNSUPPORTED, (
+        f"[request id: {request_id or '<id_unknown>'}] model '{model_name}' is using the "
+        f"decoupled transaction policy: use streaming (gRPC ModelStreamInfer or HTTP "
+        f"generate_stream) to receive its responses"))
 
 
 def _input_bytes(request: InferRequest) -> int:

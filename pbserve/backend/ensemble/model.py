@@ -21,6 +21,7 @@ from pbserve.backend.ensemble.scheduler import EnsembleRun, StepError, StepModel
 from pbserve.backend.ensemble.steps import ensemble_graph
 from pbserve.backend.ensemble.validation import validate_ensemble
 from pbserve.backend.instances.block_refs import BlockRefs
+from pbserve.backend.model import unary_on_decoupled
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
 from pbserve.backend.observability.tracing import TRACER
@@ -111,10 +112,7 @@ class EnsembleModel:
     # -- requests ---------------------------------------------------------------------
     async def infer(self, request: InferRequest, descs: tuple | None = None) -> InferResponse:
         if self.decoupled:
-            raise ServerError(ErrorCode.UNSUPPORTED, (
-                f"[request id: {request.id or '<id_unknown>'}] model '{self.name}' is using "
-                f"the decoupled transaction policy: use streaming (gRPC ModelStreamInfer or "
-                f"HTTP generate_stream) to receive its responses"))
+            raise unary_on_decoupled(self.name, request.id)
         responses: list[InferResponse] = []
         error = await self._run(request, descs, responses.append)
         if error is not None:
