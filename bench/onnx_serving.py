@@ -13,25 +13,34 @@ direct figures are printed.
 Prints figures; asserts nothing. One batch-1 request per call at c=1; at c=8 the dynamic
 batcher may put several requests in one session.run, and the direct loop is then also
 measured at batch 8 per run.
+
+`--triton`: the same graph on the real Triton 2.51 in the same run, wrapped in a plain
+Python model (its anchor wheel has only the Python backend): `model.py` runs the graph
+with onnxruntime, which must be installed in the anchor venv
+(`/tmp/anchor-venv/bin/pip install 'onnxruntime<1.21'`, for its numpy 1.26). The two
+servers take turns, `--rounds` times, and the ratio per row is the median of the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import shlex
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from pbserve.testing import running_server
+from pbserve.testing import free_ports, running_server, stop_process_group
 
 WIDTH = 256
 PERF_DIR = Path(__file__).resolve().parents[2] / "shared" / "perf"
@@ -41,6 +50,42 @@ dynamic_batching { }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 """
+
+
+# The graph in a plain Python model, for Triton's Python backend (--triton).
+WRAPPED_CONFIG = """backend: "python"
+max_batch_size: 8
+dynamic_batching { }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 256 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 256 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+WRAPPED_MODEL = '''
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        path = os.path.join(os.path.dirname(__file__), "model.onnx")
+        self.session = ort.InferenceSession(path, options,
+                                            providers=["CPUExecutionProvider"])
+
+    def execute(self, requests):
+        xs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
+        ys = self.session.run(["Y"], {"X": np.concatenate(xs)})[0]
+        out, start = [], 0
+        for x in xs:
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", ys[start:start + len(x)])]))
+            start += len(x)
+        return out
+'''
 
 
 def write_model(path: Path, layers: int) -> None:
@@ -109,11 +154,79 @@ def perf_analyzer(env: dict, url: str, concurrency: int, seconds: float,
     return float(row["Inferences/Second"]), float(row["p50 latency"])
 
 
+def triton_rows(env: dict, repo: Path, seconds: float, rounds: int, workdir: Path
+                ) -> list[tuple[str, float, float]]:
+    """pbserve (built-in backend) and Triton (the graph in a Python model) taking turns
+    under perf_analyzer; per concurrency the median ratio of the rounds."""
+    wrapped = workdir / "wrapped"
+    (wrapped / "mlp" / "1").mkdir(parents=True)
+    (wrapped / "mlp" / "1" / "model.onnx").write_bytes(
+        (repo / "mlp" / "1" / "model.onnx").read_bytes())
+    (wrapped / "mlp" / "1" / "model.py").write_text(WRAPPED_MODEL)
+    (wrapped / "mlp" / "config.pbtxt").write_text(WRAPPED_CONFIG)
+    figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for _ in range(rounds):
+        for name in ("pbserve", "triton"):
+            with _server(name, repo if name == "pbserve" else wrapped, env) as url:
+                for concurrency in (1, 8):
+                    try:
+                        figures.setdefault((name, concurrency), []).append(
+                            perf_analyzer(env, url, concurrency, seconds, workdir))
+                    except RuntimeError as err:
+                        print(f"{name} c={concurrency}: {err}")
+    rows = []
+    for concurrency in (1, 8):
+        ours, theirs = figures.get(("pbserve", concurrency)), figures.get(
+            ("triton", concurrency))
+        if not ours or not theirs:
+            continue
+        ratios = sorted(a[0] / b[0] for a, b in zip(ours, theirs))
+        median = ratios[len(ratios) // 2]
+        rows.append((f"Triton 2.51, graph in a Python model, c={concurrency}",
+                     float(np.median([f[0] for f in theirs])),
+                     float(np.median([f[1] for f in theirs]))))
+        print(f"c={concurrency}: pbserve / Triton throughput per round "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}: median {median:.2f}x")
+    return rows
+
+
+@contextlib.contextmanager
+def _server(name: str, repo: Path, env: dict) -> Iterator[str]:
+    """A running server's gRPC url: pbserve, or the real tritonserver."""
+    if name == "pbserve":
+        with running_server(repo, ready_timeout=60) as server:
+            yield server.grpc_url
+        return
+    http, grpc, metrics = free_ports(3)
+    argv = [env["TRITON_BIN"], "--model-repository", str(repo), "--backend-directory",
+            env["TRITON_BACKENDS"], "--http-port", str(http), "--grpc-port", str(grpc),
+            "--metrics-port", str(metrics), "--http-address", "127.0.0.1",
+            "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("tritonserver did not get ready") from None
+                time.sleep(0.2)
+        yield f"127.0.0.1:{grpc}"
+    finally:
+        stop_process_group(proc, 30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=2.0,
                         help="the direct loop's time, and perf_analyzer's window")
+    parser.add_argument("--triton", action="store_true",
+                        help="also the real Triton, the graph in a Python model")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of each server")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
@@ -131,6 +244,8 @@ def main() -> None:
             print("perf_analyzer not found (bash ../shared/perf/setup_anchor.sh): "
                   "direct figures only")
         else:
+            if args.triton:
+                rows += triton_rows(env, repo, args.seconds, args.rounds, Path(tmp))
             with running_server(repo, ready_timeout=60) as server:
                 for concurrency in (1, 8):
                     try:
