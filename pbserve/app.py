@@ -46,13 +46,43 @@ class DerivedSettings:
     auto_complete: bool
 
 
+# After `serve` has stopped everything it started, tasks some library left behind are
+# cancelled and given this long to end; asyncio.run would wait for them without limit
+# (a worker whose NATS server died with it once waited there for good).
+LEFTOVER_TASKS_S = 5.0
+
+
 def run(args: argparse.Namespace, settings: DerivedSettings) -> int:
     """Serve until SIGINT or SIGTERM, on uvloop; the exit status."""
     try:
         import uvloop
+        loop = uvloop.new_event_loop()
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works
-        return asyncio.run(serve(args, settings))
-    return uvloop.run(serve(args, settings))
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(serve(args, settings))
+    finally:
+        try:
+            _end_leftover_tasks(loop)
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _end_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is still running on `loop` and wait for it, LEFTOVER_TASKS_S at most
+    (then name what did not end); async generators are closed within the same bound."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        _, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_TASKS_S))
+        for task in pending:
+            log.warning("a task did not end within %.0f s of shutdown: %r",
+                        LEFTOVER_TASKS_S, task)
+    loop.run_until_complete(asyncio.wait([loop.create_task(loop.shutdown_asyncgens())],
+                                         timeout=LEFTOVER_TASKS_S))
 
 
 def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelManager | None:

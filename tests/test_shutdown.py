@@ -266,3 +266,35 @@ print("alive")
 
 def test_a_stub_ignores_shutdown_signals_but_what_the_model_starts_does_not():
     assert run_py(STUB_SIGNALS).strip() == "alive"
+
+
+def test_a_task_that_ignores_cancellation_does_not_keep_the_server_from_exiting(
+        monkeypatch, caplog):
+    """pbserve/app.py: what is left on the loop after `serve` gets a bounded wait (a
+    library task that swallows its cancellation once kept a worker alive for good)."""
+    import asyncio
+    import time
+
+    from pbserve import app
+
+    monkeypatch.setattr(app, "LEFTOVER_TASKS_S", 0.2)
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(stubborn())
+        loop.run_until_complete(asyncio.sleep(0))
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="pbserve"):
+            app._end_leftover_tasks(loop)
+        assert time.monotonic() - started < 5
+        assert not task.done()
+        assert "did not end within" in caplog.text
+    finally:
+        loop.close()
