@@ -475,16 +475,11 @@ class Model:
                                   self._validator.model_shape(tensor, batch_size),
                                   tensor.shm.token, tensor.shm.offset, tensor.shm.byte_size))
                     continue
-                src = memoryview(tensor.data)
-                if src.format != "B" or src.ndim != 1:
-                    src = src.cast("B")
-                block = self._refs.new(src.nbytes)
+                block = self._refs.copy_in(tensor.data)
                 blocks.append(block)
-                if src.nbytes:
-                    self._refs.view(block)[:src.nbytes] = src  # one memcpy
                 shape = self._validator.model_shape(tensor, batch_size)
                 descs.append((tensor.name, tensor.datatype, shape, block.region,
-                              block.offset, src.nbytes))
+                              block.offset, block.nbytes))
         except BaseException:
             self._free_blocks(blocks)
             raise
@@ -538,10 +533,9 @@ class Model:
                            shape: tuple[int, ...], data: bytes) -> tuple:
         """A tensor the scheduler adds to a request (sequence controls), in the parent's
         pool; its block is freed with the request's inputs. Its descriptor."""
-        block = self._refs.new(len(data))
+        block = self._refs.copy_in(data)
         pending.blocks.append(block)
-        self._refs.view(block)[:len(data)] = data
-        return (name, datatype, shape, block.region, block.offset, len(data))
+        return (name, datatype, shape, block.region, block.offset, block.nbytes)
 
     def _free_blocks(self, blocks: list[Block]) -> None:
         for block in blocks:

@@ -34,7 +34,7 @@ FindModel = Callable[[str, str], StepModel]
 
 
 class EnsembleModel:
-    instances: list = []  # an ensemble runs in no stub of its own
+    instances: tuple = ()  # an ensemble runs in no stub of its own
 
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
                  find_model: FindModel, refs: BlockRefs) -> None:
@@ -90,10 +90,9 @@ class EnsembleModel:
 
     async def not_ready_reason(self) -> str | None:
         """Ready when every composing model is (Triton's readiness of an ensemble)."""
-        for name in self.graph.model_names:
-            step = next(s for s in self.graph.steps if s.model_name == name)
+        for name, version in dict.fromkeys((s.model_name, s.version) for s in self.graph.steps):
             try:
-                model = self._find_model(name, step.version)
+                model = self._find_model(name, version)
             except ServerError as err:
                 return f"composing model '{name}' is not available: {err.message}"
             reason = await model.not_ready_reason()
@@ -243,17 +242,11 @@ class EnsembleModel:
                 desc = (tensor.name, tensor.datatype, tuple(tensor.shape), ref.token,
                         ref.offset, ref.byte_size)
             else:
-                src = memoryview(tensor.data)
-                if src.format != "B" or src.ndim != 1:
-                    src = src.cast("B")
-                block = self._refs.new(src.nbytes)
+                block = self._refs.copy_in(tensor.data)
                 blocks.append(block)
-                view = self._refs.view(block)
-                if src.nbytes:
-                    view[:src.nbytes] = src
                 desc = (tensor.name, tensor.datatype, tuple(tensor.shape), block.region,
-                        block.offset, src.nbytes)
-                values[tensor.name] = Value(desc, view[:src.nbytes], None, None)
+                        block.offset, block.nbytes)
+                values[tensor.name] = Value(desc, self._refs.view(block), None, None)
                 continue
             values[tensor.name] = Value(desc, tensor.data, tensor.shm, None)
         return values

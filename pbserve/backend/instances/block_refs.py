@@ -9,6 +9,7 @@ event loop's thread only.
 
 from __future__ import annotations
 
+from pbserve.backend.types import Buffer
 from shm.pool import Block, Pool
 
 Location = tuple[str, int]
@@ -27,6 +28,15 @@ class BlockRefs:
 
     def view(self, block: Block) -> memoryview:
         return self._pool.view(block)
+
+    def copy_in(self, data: Buffer) -> Block:
+        """A fresh block (one reference) holding a copy of `data` (one memcpy)."""
+        src = memoryview(data)
+        if src.format != "B" or src.ndim != 1:
+            src = src.cast("B")
+        block = self._pool.store(src)
+        self._counts[(block.region, block.offset)] = 1
+        return block
 
     def is_held(self, location: Location) -> bool:
         """Whether `location` is a live block of the parent's pool."""

@@ -59,14 +59,12 @@ def in_parent_blocks(response: InferResponse, refs: BlockRefs) -> InferResponse:
     blocks, descs, outputs = [], [], []
     try:
         for tensor in response.outputs:
-            src = memoryview(tensor.data).cast("B")
-            block = refs.new(src.nbytes)
+            block = refs.copy_in(tensor.data)
             blocks.append(block)
-            view = refs.view(block)[:src.nbytes]
-            view[:] = src
             descs.append((tensor.name, tensor.datatype, tuple(tensor.shape), block.region,
-                          block.offset, src.nbytes))
-            outputs.append(TensorData(tensor.name, tensor.datatype, tensor.shape, view))
+                          block.offset, block.nbytes))
+            outputs.append(TensorData(tensor.name, tensor.datatype, tensor.shape,
+                                      refs.view(block)))
     except BaseException:
         for block in blocks:
             refs.drop((block.region, block.offset))
