@@ -198,17 +198,19 @@ class EnsembleModel:
         except StepError as err:
             error = err.error
         except asyncio.CancelledError:
-            stats.pending -= 1
             stats.failures[metrics.CANCELED] += 1
             raise
+        except BaseException:  # not the steps' error (/dev/shm full for the inputs, ...)
+            stats.failures[metrics.OTHER] += 1
+            raise
         finally:
+            stats.pending -= 1
             for block in blocks:
                 self._refs.drop((block.region, block.offset))
             if task is not None:
                 self._runs.discard(task)
             if trace is not None:
                 trace.finish(arrival, started, time.monotonic_ns())
-        stats.pending -= 1
         took_us = (time.monotonic_ns() - arrival) // 1000
         stats.request_us += took_us
         stats.last_inference_ms = int(time.time() * 1000)
