@@ -32,6 +32,19 @@ SHARED = ROOT.parent / "shared" / "perf"
 HZ = 1000
 
 
+def _wait_ready(http: int, timeout_s: float = 60) -> None:
+    import urllib.request
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _ports() -> list[int]:
     import socket
     socks = [socket.socket() for _ in range(3)]
@@ -63,6 +76,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--model", default="identity_fp32", help="e.g. batch_fp32 (vs.py's batch row)")
     args = ap.parse_args()
     http, grpc, metrics = _ports()
     work = Path(tempfile.mkdtemp(prefix="thread-cpu-"))
@@ -74,22 +88,25 @@ def main() -> None:
         stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT,
         start_new_session=True, cwd=ROOT)
     try:
-        time.sleep(5)
+        _wait_ready(http)
         port = grpc if args.protocol == "grpc" else http
         # Windows long enough to cover the sampling: perf_analyzer reports their average.
         window_ms = int((args.seconds + 6) * 1000)
         pa = subprocess.Popen(
             ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
-             f"-m identity_fp32 -i {args.protocol} -u 127.0.0.1:{port} --shape INPUT0:16 "
+             f"-m {args.model} -i {args.protocol} -u 127.0.0.1:{port} --shape INPUT0:16 "
              f"--concurrency-range {args.concurrency} --measurement-interval {window_ms} "
-             f"-s 999"],
+             f"-s 999 --max-trials 3"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(3)
         data = str(work / "perf.data")
         subprocess.run(["perf", "record", "-a", "-F", str(HZ), "-o", data, "--",
                         "sleep", str(args.seconds)], capture_output=True, check=True)
         text, _ = pa.communicate(timeout=120)
-        rate = float(re.findall(r"Throughput: ([\d.]+) infer/sec", text)[-1])
+        rates = re.findall(r"Throughput: ([\d.]+) infer/sec", text)
+        if not rates:
+            sys.exit("perf_analyzer gave no throughput:\n" + text[-2000:])
+        rate = float(rates[-1])
         rows = _samples(data)
     finally:
         os.killpg(server.pid, signal.SIGINT)
