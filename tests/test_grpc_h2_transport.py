@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 
 from client_inputs import grpc_input
-from pbserve.server.grpc.h2.call import Compressed, Deframer, TooLarge, prefix
+from pbserve.server.grpc.h2.call import Compressed, Deframer, TooLarge, prefix, status_trailers
 from pbserve.server.grpc.h2.connection import STREAMS_PER_CONNECTION
 from pbserve.server.grpc.h2.window import RECEIVE_WINDOW, window_frames
 from pbserve.testing import running_server
@@ -77,6 +77,17 @@ def test_a_compressed_message_in_no_known_encoding_is_refused():
 
 
 # --- the receive window -------------------------------------------------------------
+
+def test_spaces_at_the_ends_of_a_status_message_are_percent_encoded():
+    """A field value may not begin or end with a space (RFC 9113): grpc-core drops the
+    trailers and its client hangs; Triton's shape error ends with ". "."""
+    def message(details: str) -> bytes:
+        return dict(status_trailers(grpc.StatusCode.INVALID_ARGUMENT, details))[b"grpc-message"]
+    assert message("Expected [16], got [8]. ") == b"Expected [16], got [8].%20"
+    assert message("  x ") == b"%20%20x%20"
+    assert message("   ") == b"%20%20%20"
+    assert message("a b") == b"a b"
+
 
 def test_the_window_frames_raise_a_zttp_clients_send_windows():
     """A client (zttp's own, here) that reads the server's preface and the window frames

@@ -65,6 +65,12 @@ class InferenceCore(Protocol):
         """The model's (completed) config as Triton prints it as JSON."""
         ...
 
+    def input_placer(self) -> Any:
+        """Where a frontend may gather a large request's tensors so that they need no
+        copy of their own (backend/input_placer.py InputPlacer: `place(nbytes)`,
+        `drop(placed)`), or None."""
+        ...
+
     def model_handle(self, name: str, version: str = "") -> ModelHandle:
         """The model serving `name` (and `version`, "" = its policy's latest), resolved
         for one request; NOT_FOUND or UNAVAILABLE as the other methods say."""

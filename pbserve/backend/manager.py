@@ -22,6 +22,7 @@ from pbserve.backend.config.config_checks import ENSEMBLE_PLATFORM, validate_io_
 from pbserve.backend.ensemble.model import EnsembleModel
 from pbserve.backend.ensemble.remote_step import RemoteStep
 from pbserve.backend.loaded_model import LoadedModel
+from pbserve.backend.input_placer import InputPlacer
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.repository.file_override import (
@@ -274,6 +275,12 @@ class ModelManager:
         return metrics.render(self.model_counters()) + self._calls.custom_metrics.render()
 
     # -- InferenceCore: inference ------------------------------------------------------
+    def input_placer(self) -> InputPlacer | None:
+        """Where a frontend may gather a large request's tensors (the parent's pool);
+        None before start()."""
+        refs = getattr(self, "_refs", None)
+        return InputPlacer(refs) if refs is not None else None
+
     def model_handle(self, name: str, version: str = "") -> LoadedModel:
         return LoadedModel(self.model(name, version), self.shared_memory)
 

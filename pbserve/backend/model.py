@@ -465,9 +465,12 @@ class Model:
     def _copy_inputs(self, request: InferRequest, batch_size: int
                      ) -> tuple[tuple, list[Block]]:
         """One copy of each input into the parent's pool; descriptors for the stub. An
-        input in a client's region is not copied: the stub reads it there."""
+        input in a client's region is not copied: the stub reads it there; nor is one a
+        frontend gathered in the pool already (backend/input_placer.py): its block is
+        taken over."""
         descs = []
         blocks = []
+        taken = []
         try:
             for tensor in request.inputs:
                 if tensor.shm is not None:
@@ -475,14 +478,22 @@ class Model:
                                   self._validator.model_shape(tensor, batch_size),
                                   tensor.shm.token, tensor.shm.offset, tensor.shm.byte_size))
                     continue
-                block = self._refs.copy_in(tensor.data)
-                blocks.append(block)
+                placed = tensor.placed
+                if placed is not None and placed.take():
+                    taken.append(placed)
+                    block = placed.block  # gathered there by the frontend: no copy
+                else:
+                    block = self._refs.copy_in(tensor.data)
+                    blocks.append(block)
                 shape = self._validator.model_shape(tensor, batch_size)
                 descs.append((tensor.name, tensor.datatype, shape, block.region,
                               block.offset, block.nbytes))
         except BaseException:
             self._free_blocks(blocks)
+            for placed in taken:
+                placed.give_back()  # still the frontend's: a later try takes it again
             raise
+        blocks.extend(placed.block for placed in taken)
         return tuple(descs), blocks
 
     def _may_wait_ahead(self, pending: PendingRequest) -> bool:

@@ -43,6 +43,9 @@ class TensorData:
     shape: tuple[int, ...]
     data: Buffer
     shm: ShmRef | None = None
+    # The data already lives in a block of the parent's shm pool (a frontend gathered
+    # it there: backend/input_placer.py PlacedBlock); the request takes it over.
+    placed: Any = None
 
 
 @dataclass

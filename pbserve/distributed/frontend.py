@@ -107,6 +107,10 @@ class PlaneCore:
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return self._entry(name, version)["config"]
 
+    def input_placer(self) -> None:
+        """No pool of its own: requests are gathered in memory and sent on."""
+        return None
+
     def model_handle(self, name: str, version: str = "") -> "PlaneModel":
         return PlaneModel(self, self.is_decoupled(name, version))
 

@@ -108,10 +108,12 @@ def model_version(text: str) -> str:
 # --- request -------------------------------------------------------------------------
 
 def decode_infer_request(request: pb.ModelInferRequest, version: str,
-                         raw: list[Any] | None = None) -> tuple[InferRequest, bool]:
+                         raw: list[Any] | None = None, placed: list[Any] | None = None
+                         ) -> tuple[InferRequest, bool]:
     """The core's request, and whether the client asked for empty final responses.
     `raw`: the raw input contents when they were split off the message (grpc/wire.py);
-    by default the message's `raw_input_contents`."""
+    by default the message's `raw_input_contents`. `placed[i]`: where raw[i] lives in
+    the parent's pool, or None (grpc/wire.py SplitRequest)."""
     model = request.model_name
     infer_request = InferRequest(model_name=model, model_version=version, id=request.id)
     empty_final = False
@@ -142,6 +144,11 @@ def decode_infer_request(request: pb.ModelInferRequest, version: str,
             data: Any = contents_to_raw(tensor, model)
         elif index < raw_count:
             data = raw[index]  # a message's: a new bytes object per access: read once
+            if placed is not None:
+                inputs.append(TensorData(tensor.name, tensor.datatype, tuple(tensor.shape),
+                                         data, None, placed[index]))
+                index += 1
+                continue
             index += 1
         else:
             raise invalid_arg(f"unable to find data for input tensor '{tensor.name}' for "

@@ -19,7 +19,7 @@ import logging
 import grpc
 
 from pbserve.backend.api import InferenceCore
-from pbserve.server.grpc.h2.server import H2GrpcServer, h2_handlers
+from pbserve.server.grpc.h2.server import H2GrpcServer, h2_handlers, infer_gatherers
 from pbserve.server.grpc.handlers import add_service
 from pbserve.server.grpc.service import InferenceServicer
 from pbserve.server.http.limits import DEFAULT_MAX_INPUT_SIZE
@@ -70,7 +70,8 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
     limit = min(2 * max_input_size, MAX_MESSAGE_BYTES)
     servicer = InferenceServicer(core)
     if transport == "zttp":
-        h2 = H2GrpcServer(servicer, h2_handlers(servicer, restricted), limit)
+        h2 = H2GrpcServer(servicer, h2_handlers(servicer, restricted), limit,
+                          infer_gatherers(core))
         await h2.listen(host, port, tls)
         log.info("gRPC server (zttp) listening on %s", _target(host, h2.port))
         return h2

@@ -38,7 +38,12 @@ from pbserve.server.grpc.codec import (
 )
 from pbserve.server.grpc.handlers import abort
 from pbserve.server.grpc.stream import StreamSession
-from pbserve.server.grpc.wire import ResponseParts, infer_response_parts, parse_infer_request
+from pbserve.server.grpc.wire import (
+    ResponseParts,
+    SplitRequest,
+    infer_response_parts,
+    parse_infer_request,
+)
 
 log = logging.getLogger("pbserve.grpc")
 
@@ -101,9 +106,18 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             await self._fail(context, "ModelInfer", exc)
         return ResponseParts(parts, response.release)
 
-    async def _infer(self, body: bytes, context: Any) -> InferResponse:
+    async def _infer(self, body: bytes | SplitRequest, context: Any) -> InferResponse:
         """A ModelInfer body's successful response (the caller releases it); any error
         ends the call with its status."""
+        if type(body) is SplitRequest:  # gathered by the h2 transport, tensors in shm
+            try:
+                return await self._infer_request(body, body.handles, context)
+            finally:
+                body.release()  # what no request took
+        return await self._infer_request(body, None, context)
+
+    async def _infer_request(self, body: Any, placed: list[Any] | None,
+                             context: Any) -> InferResponse:
         core = self._core
         try:
             request, raw = parse_infer_request(body)
@@ -117,7 +131,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             served.expect()
             if served.decoupled:
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
-            infer_request, _ = decode_infer_request(request, version, raw)
+            infer_request, _ = decode_infer_request(request, version, raw, placed)
             response = await served.infer(infer_request)
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             await self._fail(context, "ModelInfer", exc)

@@ -13,7 +13,7 @@ wire format of repeated fields lets them follow the rest in any order.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
@@ -85,10 +85,13 @@ def _split(body: bytes) -> tuple[list[memoryview], list[memoryview]]:
     return header, raw
 
 
-def parse_infer_request(body: bytes) -> tuple[pb.ModelInferRequest, list[Any] | None]:
+def parse_infer_request(body: Any) -> tuple[pb.ModelInferRequest, list[Any] | None]:
     """The request without its raw contents and those contents as memoryviews; a small
     request (or one the splitter cannot read) comes back whole, with None: its
-    `raw_input_contents` are then in the message. Raises DecodeError as protobuf does."""
+    `raw_input_contents` are then in the message. A SplitRequest (the h2 transport
+    gathered it) is already split. Raises DecodeError as protobuf does."""
+    if type(body) is SplitRequest:
+        return pb.ModelInferRequest.FromString(body.header), body.raw
     if len(body) >= SPLIT_MIN_BYTES:
         try:
             header, raw = _split(body)
@@ -97,6 +100,151 @@ def parse_infer_request(body: bytes) -> tuple[pb.ModelInferRequest, list[Any] | 
         else:
             return pb.ModelInferRequest.FromString(b"".join(header)), raw
     return pb.ModelInferRequest.FromString(body), None
+
+
+class InputPlacer(Protocol):
+    """Where a large request's raw input contents are gathered (the parent's shm pool:
+    backend/api.py `InputPlacer`)."""
+
+    def place(self, nbytes: int) -> tuple[memoryview, Any] | None:
+        """A writable buffer of `nbytes` and its handle, or None (gather in memory)."""
+
+    def drop(self, handle: Any) -> None:
+        """Give back a buffer `place` gave that no request took."""
+
+
+class SplitRequest:
+    """A ModelInferRequest gathered by RequestGatherer: every field but the raw input
+    contents (`header`, for protobuf), and the contents (`raw`), each in a buffer of
+    its own; `handles[i]` is raw[i]'s InputPlacer handle (None: in process memory). A
+    consumer that takes a placed buffer over sets its handle to None; `release()` gives
+    back the rest."""
+
+    __slots__ = ("header", "raw", "handles", "_placer")
+
+    def __init__(self, header: bytes, raw: list[memoryview], handles: list[Any],
+                 placer: InputPlacer) -> None:
+        self.header = header
+        self.raw = raw
+        self.handles = handles
+        self._placer = placer
+
+    def __len__(self) -> int:
+        return len(self.header) + sum(len(r) for r in self.raw)
+
+    def release(self) -> None:
+        handles, self.handles = self.handles, [None] * len(self.handles)
+        for handle in handles:
+            if handle is not None:
+                self._placer.drop(handle)
+
+
+class RequestGatherer:
+    """A large ModelInferRequest read as its bytes arrive: its fields are parsed as they
+    come, each `raw_input_contents` entry is copied straight into a buffer of its own
+    (placed by `placer`, in the parent's shm pool: the request's inputs then need no
+    copy of their own), and the other fields, a few hundred bytes, are kept for
+    protobuf. `feed` the message's `length` bytes in any pieces; `result()` once all
+    are in. Malformed input raises DecodeError as protobuf would (the message's
+    declared sizes never allocate more than `length`)."""
+
+    __slots__ = ("_length", "_left", "_placer", "_header", "_raw", "_handles", "_pending",
+                 "_target", "_target_left", "_filled")
+
+    def __init__(self, length: int, placer: InputPlacer) -> None:
+        self._length = length
+        self._left = length  # bytes of the message still to come
+        self._placer = placer
+        self._header = bytearray()
+        self._raw: list[memoryview] = []
+        self._handles: list[Any] = []
+        self._pending = b""  # a field's key and length, not yet whole
+        self._target: memoryview | None = None  # the raw entry being filled
+        self._target_left = 0  # bytes of the current field still to come
+        self._filled = 0
+
+    def feed(self, data: memoryview) -> None:
+        try:
+            self._feed(data)
+        except DecodeError as exc:  # worded as the servicer words protobuf's own
+            raise DecodeError(f"failed to parse the inference.ModelInferRequest message "
+                              f"({self._length} bytes): {exc}") from None
+
+    def _feed(self, data: memoryview) -> None:
+        if len(data) > self._left:
+            raise DecodeError("more bytes than the message's length")
+        self._left -= len(data)
+        pos, size = 0, len(data)
+        while pos < size:
+            if self._target_left:  # inside a field's body
+                take = min(self._target_left, size - pos)
+                if self._target is not None:
+                    self._target[self._filled:self._filled + take] = data[pos:pos + take]
+                    self._filled += take
+                else:
+                    self._header += data[pos:pos + take]
+                self._target_left -= take
+                pos += take
+                continue
+            pos = self._field_start(data, pos)
+        if not self._left and (self._target_left or self._pending):
+            raise DecodeError("truncated message")
+
+    def _field_start(self, data: memoryview, pos: int) -> int:
+        """Read a field's key (and a length-delimited field's length) from `data` at
+        `pos`, keeping a key or length split between two pieces; the new position."""
+        chunk = self._pending + bytes(data[pos:pos + 20])
+        try:
+            tag, at = _varint(chunk, 0)
+            kind = tag & 7
+            if kind == 2:
+                length, at = _varint(chunk, at)
+            elif kind == 0:
+                _, at = _varint(chunk, at)
+                length = 0
+            elif kind == 1:
+                length = 8
+            elif kind == 5:
+                length = 4
+            else:
+                raise DecodeError(f"unexpected wire type {kind}")
+        except IndexError:  # the key or the length goes on in the next piece
+            if len(chunk) >= 20:
+                raise DecodeError("varint too long") from None
+            self._pending = chunk
+            return len(data)
+        consumed = at - len(self._pending)
+        self._pending = b""
+        if length > self._left + len(data) - pos - consumed:
+            raise DecodeError("truncated message")
+        if kind == 2 and tag >> 3 == _RAW_INPUT:
+            self._start_raw(length)
+        else:
+            self._header += chunk[:at]
+            self._target = None
+        self._target_left = length
+        return pos + consumed
+
+    def _start_raw(self, length: int) -> None:
+        placed = self._placer.place(length) if length else None
+        if placed is None:
+            buffer, handle = memoryview(bytearray(length)), None
+        else:
+            buffer, handle = placed
+        self._raw.append(buffer)
+        self._handles.append(handle)
+        self._target = buffer
+        self._filled = 0
+
+    def result(self) -> SplitRequest:
+        return SplitRequest(bytes(self._header), self._raw, self._handles, self._placer)
+
+    def discard(self) -> None:
+        """The message will not be used (its call ended): give the buffers back."""
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            if handle is not None:
+                self._placer.drop(handle)
 
 
 class ResponseParts:

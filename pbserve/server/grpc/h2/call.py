@@ -17,6 +17,7 @@ from urllib.parse import quote
 import grpc
 
 PREFIX_BYTES = 5  # compressed flag (1 byte), message length (4 bytes, big-endian)
+GATHER_MIN_BYTES = 64 * 1024  # a smaller message is buffered whole (Deframer's gatherer)
 _SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if c != 0x25)  # grpc-message's
 
 
@@ -32,7 +33,15 @@ def status_trailers(code: grpc.StatusCode, details: str = "") -> list[tuple[byte
     """grpc-status and the percent-encoded grpc-message (the gRPC HTTP/2 spec)."""
     trailers = [(b"grpc-status", str(code.value[0]).encode())]
     if details:
-        trailers.append((b"grpc-message", quote(details, safe=_SAFE).encode("ascii")))
+        message = quote(details, safe=_SAFE)
+        # A field value may not begin or end with a space (RFC 9113 8.2.1): grpc-core
+        # drops such a trailer block and its client waits out its deadline. Triton's
+        # shape error ends with ". ": its spaces at the ends go percent-encoded.
+        inner = message.strip(" ")
+        if inner != message:
+            lead = len(message) - len(message.lstrip(" "))
+            message = "%20" * lead + inner + "%20" * (len(message) - lead - len(inner))
+        trailers.append((b"grpc-message", message.encode("ascii")))
     return trailers
 
 
@@ -62,29 +71,41 @@ class Deframer:
     `limit` from its prefix, before its body is buffered, and a compressed one's
     (grpc-encoding `encoding`) again as it is inflated. A message split over DATA
     frames is copied into one buffer of its size as its pieces arrive (once, while the
-    rest is still on its way), not joined when it is whole."""
+    rest is still on its way), not joined when it is whole. `gatherer`, where given,
+    takes an uncompressed message of GATHER_MIN_BYTES or more instead: `gatherer(length)`
+    gives an object (or None to decline) that is fed the message's pieces (`feed`) and
+    gives the message (`result()`); grpc/wire.py RequestGatherer places ModelInfer's
+    tensors this way."""
 
-    __slots__ = ("limit", "encoding", "_head", "_body", "_filled", "_compressed")
+    __slots__ = ("limit", "encoding", "_head", "_body", "_filled", "_compressed",
+                 "_gatherer", "_gather", "_length")
 
-    def __init__(self, limit: int, encoding: str = "identity") -> None:
+    def __init__(self, limit: int, encoding: str = "identity",
+                 gatherer: Callable[[int], Any] | None = None) -> None:
         self.limit = limit
         self.encoding = encoding
         self._head = b""  # a prefix not yet whole
         self._body: bytearray | None = None  # the message being gathered
         self._filled = 0
         self._compressed = False
+        self._gatherer = gatherer
+        self._gather: Any = None  # the gatherer of the message under way
+        self._length = 0
 
-    def feed(self, data: bytes) -> list[bytes | bytearray]:
-        """The messages `data` completes (TooLarge, Compressed: the call must end)."""
-        if self._body is None and not self._head and len(data) >= PREFIX_BYTES:
+    def feed(self, data: bytes) -> list[Any]:
+        """The messages `data` completes (TooLarge, Compressed: the call must end;
+        a gatherer's DecodeError too)."""
+        if self._body is None and self._gather is None and not self._head and \
+                len(data) >= PREFIX_BYTES:
             length = int.from_bytes(data[1:5], "big")
-            if len(data) == PREFIX_BYTES + length and data[0] == 0 and length <= self.limit:
+            if len(data) == PREFIX_BYTES + length and data[0] == 0 and length <= self.limit \
+                    and (self._gatherer is None or length < GATHER_MIN_BYTES):
                 return [data[PREFIX_BYTES:]]  # the common case: one whole message
-        messages: list[bytes | bytearray] = []
+        messages: list[Any] = []
         view = memoryview(data)
         pos, size = 0, len(data)
         while pos < size or (self._body is not None and not self._body):
-            if self._body is None:
+            if self._body is None and self._gather is None:
                 take = min(PREFIX_BYTES - len(self._head), size - pos)
                 self._head += data[pos:pos + take]
                 pos += take
@@ -92,6 +113,18 @@ class Deframer:
                     break
                 self._start(self._head)
                 self._head = b""
+                if self._gather is not None:
+                    continue
+            if self._gather is not None:
+                take = min(self._length - self._filled, size - pos)
+                if take:
+                    self._gather.feed(view[pos:pos + take])
+                    self._filled += take
+                    pos += take
+                if self._filled == self._length:
+                    messages.append(self._gather.result())
+                    self._gather = None
+                continue
             body = self._body
             assert body is not None
             take = min(len(body) - self._filled, size - pos)
@@ -104,6 +137,12 @@ class Deframer:
                 self._body = None
         return messages
 
+    def discard(self) -> None:
+        """The call ended: a message still being gathered is given up."""
+        gather, self._gather = self._gather, None
+        if gather is not None:
+            gather.discard()
+
     def _start(self, head: bytes) -> None:
         self._compressed = head[0] != 0
         if self._compressed and self.encoding not in ENCODINGS:
@@ -112,8 +151,13 @@ class Deframer:
         length = int.from_bytes(head[1:5], "big")
         if length > self.limit:
             raise TooLarge(length, self.limit)
-        self._body = bytearray(length)
         self._filled = 0
+        if self._gatherer is not None and not self._compressed and \
+                length >= GATHER_MIN_BYTES:
+            self._gather = self._gatherer(length)  # None: it declines, buffered whole
+            self._length = length
+        if self._gather is None:
+            self._body = bytearray(length)
 
     def _inflate(self, message: bytes | bytearray) -> bytes:
         inflater = zlib.decompressobj(ENCODINGS[self.encoding])

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import zttp
+from google.protobuf.message import DecodeError
 
 from pbserve.server.grpc.h2.call import (
     ACCEPT_ENCODING,
@@ -59,10 +60,11 @@ class _Call:
     __slots__ = ("stream_id", "handler", "deframer", "messages", "queue", "task", "context",
                  "started", "done", "half_closed")
 
-    def __init__(self, stream_id: int, handler: Any, limit: int, encoding: str) -> None:
+    def __init__(self, stream_id: int, handler: Any, limit: int, encoding: str,
+                 gatherer: Callable[[int], Any] | None = None) -> None:
         self.stream_id = stream_id
         self.handler = handler
-        self.deframer = Deframer(limit, encoding)
+        self.deframer = Deframer(limit, encoding, gatherer)
         self.messages: list[bytes] = []
         self.queue: asyncio.Queue | None = None  # a streaming call's requests
         self.task: asyncio.Task | None = None
@@ -70,6 +72,17 @@ class _Call:
         self.started = False  # response headers sent
         self.done = False  # answered, failed or reset: nothing more is sent
         self.half_closed = False  # the client has sent all it will
+
+
+    def discard(self) -> None:
+        """The call is over: what its request gathered and no task took is given back
+        (a message placed in shm: grpc/wire.py SplitRequest)."""
+        self.deframer.discard()
+        messages, self.messages = self.messages, []
+        for message in messages:
+            release = getattr(message, "release", None)
+            if release is not None:
+                release()
 
 
 def _close(stream: zttp.Stream, trailers: list[tuple[bytes, bytes]], started: bool,
@@ -112,6 +125,7 @@ class GrpcConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         for call in self._calls.values():
+            call.discard()
             call.done = True
             if call.task is not None:
                 call.task.cancel()
@@ -183,7 +197,7 @@ class GrpcConnection(asyncio.Protocol):
             elif name not in _NOT_METADATA and not name.startswith(b":"):
                 metadata.append((name.decode("latin-1"), value.decode("latin-1")))
         call = self._calls[stream_id] = _Call(stream_id, handler, self._server.limit,
-                                              encoding)
+                                              encoding, self._server.gatherers.get(path))
         call.context = CallContext(tuple(metadata),
                                    lambda message: self._send_message(call, message),
                                    handler.response_serializer)
@@ -201,6 +215,9 @@ class GrpcConnection(asyncio.Protocol):
             return
         except Compressed as exc:
             self._refuse(call, grpc.StatusCode.UNIMPLEMENTED, str(exc))
+            return
+        except DecodeError as exc:  # a gatherer's: the message is not what it says
+            self._refuse(call, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             return
         if call.queue is None:
             call.messages.extend(messages)
@@ -224,6 +241,7 @@ class GrpcConnection(asyncio.Protocol):
     def _on_reset(self, stream_id: int) -> None:
         call = self._calls.pop(stream_id, None)
         if call is not None:
+            call.discard()
             call.done = True
             if call.task is not None:
                 call.task.cancel()  # the client cancelled (or its deadline passed)
@@ -338,6 +356,7 @@ class GrpcConnection(asyncio.Protocol):
                started=False, half_closed=request.end_stream)
 
     def _forget(self, call: _Call) -> None:
+        call.discard()
         call.done = True
         self._calls.pop(call.stream_id, None)
 

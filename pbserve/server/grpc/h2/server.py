@@ -7,10 +7,12 @@ thread. Why it exists and what it gives: docs/performance.md ("gRPC transport").
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from pbserve.server.grpc.h2.connection import SHUT_WAIT_S, GrpcConnection
 from pbserve.server.grpc.handlers import SERVICE, method_handlers
+from pbserve.server.grpc.wire import RequestGatherer
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
@@ -34,13 +36,26 @@ def h2_handlers(servicer: Any, restricted: dict[str, Restriction] | None
     return {f"/{SERVICE.full_name}/{name}": handler for name, handler in handlers.items()}
 
 
+def infer_gatherers(core: Any) -> dict[str, Callable[[int], Any]]:
+    """ModelInfer's large requests gathered field by field, their tensors straight into
+    the core's shm pool (grpc/wire.py RequestGatherer), where the core has one."""
+    def gatherer(length: int) -> RequestGatherer | None:
+        placer = core.input_placer()
+        return RequestGatherer(length, placer) if placer is not None else None
+    return {f"/{SERVICE.full_name}/ModelInfer": gatherer}
+
+
 class H2GrpcServer:
     """A listening zttp gRPC server; `close()` stops it."""
 
-    def __init__(self, servicer: Any, handlers: dict[str, Any], limit: int) -> None:
+    def __init__(self, servicer: Any, handlers: dict[str, Any], limit: int,
+                 gatherers: dict[str, Callable[[int], Any]] | None = None) -> None:
         self._servicer = servicer
         # "/inference.GRPCInferenceService/ModelInfer" -> grpc.RpcMethodHandler
         self.handlers = handlers
+        # path -> how a large request message of that method is gathered (call.py
+        # Deframer's `gatherer`)
+        self.gatherers = gatherers or {}
         self.limit = limit  # the largest request message taken, in bytes
         self.connections: set[GrpcConnection] = set()
         self.closing = False
