@@ -76,6 +76,7 @@ class PlaneCore:
         ready = [e for e in entries if e["state"] == READY and e["metadata"]]
         if not ready:
             self._check_plane(name)  # the registry empties while the plane is away
+            self._check_workers(name)
             suffix = " is not found" if not entries else " has no available versions"
             raise not_found(f"Request for unknown model: '{name}'{suffix}")
         if version:
@@ -84,6 +85,14 @@ class PlaneCore:
                 raise not_found(f"Request for unknown model: '{name}' version {version} "
                                 f"is not found")
         return ready[0]
+
+    def _check_workers(self, name: str) -> None:
+        """UNAVAILABLE while the registry is empty: no worker has joined (yet, or any
+        more), so no model can be said not to exist."""
+        if not self._registry.entries:
+            where = f" {self._plane.url}" if self._plane is not None else ""
+            raise unavailable(f"no worker serves model '{name}': the registry of request "
+                              f"plane{where} is empty (no worker has joined)")
 
     def _versions(self, name: str) -> list[str]:
         versions = {v for e in self._registry.of_model(name) if e["state"] == READY
