@@ -211,5 +211,5 @@ def summarize(outcomes: list[Outcome], paths: tuple[str, ...], seconds: float) -
     sent = sum(total.values())
     lines.append(f"{'all':12s} sent {sent:7d}  answered {sent - total['lost']:7d}  failed "
                  f"{total['failed']:5d}  lost {total['lost']:4d}  ({sent / seconds:.0f} req/s)")
-    lines += [f"  {count} x {message}" for message, count in errors.most_common(6)]
+    lines += [f"  {count} x {message}" for message, count in errors.most_common(10)]
     return lines

@@ -106,17 +106,20 @@ class Fault:
         recovered = self.began
         for path in sorted({o.path for o in window}):
             mine = [o for o in window if o.path == path]
-            last_failure = max((o.ended for o in mine if o.result != "ok"), default=None)
-            if last_failure is None:
+            failures = [o for o in mine if o.result != "ok"]
+            if not failures:
                 continue
+            last = max(failures, key=lambda o: o.sent)  # every request sent after it ...
             first_ok = min((o.ended for o in mine if o.result == "ok" and
-                            o.sent >= last_failure), default=None)
+                            o.sent >= last.sent), default=None)  # ... is answered from here
             if first_ok is None:
                 lines.append(f"  {path}: not back before the next fault or the end")
                 recovered = float("inf")
                 continue
-            lines.append(f"  {path}: last failure {last_failure - self.began:.2f} s after "
-                         f"the fault, answering again at {first_ok - self.began:.2f} s")
+            lines.append(f"  {path}: last failed request sent {last.sent - self.began:.2f} s "
+                         f"after the fault, answered right again from "
+                         f"{first_ok - self.began:.2f} s; last failure ended "
+                         f"{max(o.ended for o in failures) - self.began:.2f} s")
             recovered = max(recovered, first_ok)
         lines.append(f"  service back {recovered - self.began:.2f} s after the fault "
                      f"({recovered - self.back:+.2f} s after it was repaired at "
