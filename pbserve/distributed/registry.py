@@ -98,6 +98,7 @@ class RegistryView:
         self._kv = kv
         self._ttl_s = ttl_s
         self._seen: dict[str, tuple[float, Entry]] = {}  # key -> (when put, entry)
+        self._pruned_at = time.monotonic()
         self._watcher = None
         self._task: asyncio.Task | None = None
 
@@ -154,6 +155,17 @@ class RegistryView:
             self._seen[update.key] = (time.monotonic(), json.loads(update.value))
         except ValueError:
             log.warning("registry entry '%s' is not JSON: ignored", update.key)
+        self._prune()
+
+    def _prune(self) -> None:
+        """Forget entries lapsed for over GONE_KEEP_S (checked once a TTL at most): a
+        frontend outlives many workers' names (HOST-PID by default)."""
+        now = time.monotonic()
+        if now - self._pruned_at < self._ttl_s:
+            return
+        self._pruned_at = now
+        for key in [k for k, (when, _) in self._seen.items() if when < now - GONE_KEEP_S]:
+            del self._seen[key]
 
     async def refresh(self, model: str, workers: list[str]) -> None:
         """Read `model`'s entries of `workers` from the bucket now (not waiting for the
