@@ -2,9 +2,12 @@
 
 The index, metadata, config and readiness come from the registry (registry.py); a
 request is published to its model's subject and its responses read from its own inbox.
-A request whose worker is gone from the registry (killed: no heartbeat within the TTL)
-fails with UNAVAILABLE naming that worker; one that leaves (client gone, gRPC cancel)
-broadcasts a cancellation the worker passes on to the model. While the connection to
+A request whose worker is gone from the registry (killed: no heartbeat within the TTL;
+or started again under its name: another process token) fails with UNAVAILABLE naming
+that worker. A model whose entries lapsed (its workers went silent) is UNAVAILABLE, not
+unknown, and so is every model while no worker has joined (the registry empty). A
+request that leaves (client gone, gRPC cancel) broadcasts a cancellation the worker
+passes on to the model. While the connection to
 the NATS server is down, requests fail at once with UNAVAILABLE naming the plane, and
 those in flight when it went down fail too (what the server held is lost with it).
 Statistics are the workers' own, summed (statistics.py). Inputs too large to go inline

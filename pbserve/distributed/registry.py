@@ -7,7 +7,8 @@ worker that exits deletes its own. A frontend follows the bucket (RegistryView):
 worker whose entries are gone is gone. `instance` is a token of the worker's process:
 a worker started again under the same name (a supervisor's restart, within the TTL)
 overwrites the entries of the one that died, and the new token says that the old
-process, and whatever it had in flight, is gone.
+process, and whatever it had in flight, is gone. A view remembers entries that lapsed
+(not deleted) for GONE_KEEP_S: their model is away, not unknown.
 
 After the NATS server restarts (the bucket is in its memory: gone with it) the plane
 makes the bucket again, a worker puts its entries at once (`PlaneWorker.sync`), and a
