@@ -65,3 +65,39 @@ async def test_a_failed_watcher_is_replaced_and_the_view_follows_on(monkeypatch)
         assert bucket.watched == 2 and first.stopped
     finally:
         await view.stop()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_lapsed_entries_are_told_from_deleted_ones_and_forgotten_in_time(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(registry, "time", clock)
+    view = RegistryView(_Bucket(), ttl_s=3)  # type: ignore[arg-type]
+    view._apply(_put("a", "w1"))
+    view._apply(_put("b", "w2"))
+    view._apply(SimpleNamespace(operation="DEL", key="b.w2", value=b""))  # w2 left
+    assert view.lapsed("a") == [] and view.of_model("a")
+    clock.now += 4  # w1 killed: no heartbeat within the TTL
+    assert view.of_model("a") == [] and [e["worker"] for e in view.lapsed("a")] == ["w1"]
+    assert view.lapsed("b") == []  # deleted as its worker left: unknown, not away
+    clock.now += registry.GONE_KEEP_S
+    assert view.lapsed("a") == []
+    view._apply(_put("c", "w3"))  # any update prunes what lapsed long ago
+    assert set(view._seen) == {"c.w3"}
+
+
+def test_instances_name_the_process_behind_a_worker_name():
+    view = RegistryView(_Bucket(), ttl_s=3)  # type: ignore[arg-type]
+    update = _put("a", "w1")
+    update.value = json.dumps({"model": "a", "worker": "w1", "instance": "old"}).encode()
+    view._apply(update)
+    assert view.instances("w1") == {"old"}
+    update.value = json.dumps({"model": "a", "worker": "w1", "instance": "new"}).encode()
+    view._apply(update)  # started again under its name: the entry is overwritten
+    assert view.instances("w1") == {"new"} and view.instances("w9") == set()

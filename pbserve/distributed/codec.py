@@ -97,9 +97,18 @@ def encode_error(error: ServerError, model: str, worker: str) -> bytes:
     return encode_response(InferResponse(model, "", error=error), worker)
 
 
-def encode_accepted(worker: str) -> bytes:
-    """The first message on a request's inbox: `worker` took it (and will answer)."""
-    return _frame({"accepted": True, "worker": worker}, [])
+def encode_accepted(worker: str, instance: str = "") -> bytes:
+    """The first message on a request's inbox: `worker` took it (and will answer);
+    `instance`: that worker process's token in the registry (registry.py)."""
+    return _frame({"accepted": True, "worker": worker, "instance": instance}, [])
+
+
+def decode_accepted(data: bytes) -> tuple[str, str] | None:
+    """(worker, instance) of an accepted message; None for any other message."""
+    header, _ = _unframe(data)
+    if header.get("accepted"):
+        return header["worker"], header.get("instance", "")
+    return None
 
 
 def decode_response(data: bytes) -> tuple[InferResponse | None, str]:

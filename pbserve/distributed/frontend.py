@@ -2,9 +2,12 @@
 
 The index, metadata, config and readiness come from the registry (registry.py); a
 request is published to its model's subject and its responses read from its own inbox.
-A request whose worker is gone from the registry (killed: no heartbeat within the TTL)
-fails with UNAVAILABLE naming that worker; one that leaves (client gone, gRPC cancel)
-broadcasts a cancellation the worker passes on to the model. While the connection to
+A request whose worker is gone from the registry (killed: no heartbeat within the TTL;
+or started again under its name: another process token) fails with UNAVAILABLE naming
+that worker. A model whose entries lapsed (its workers went silent) is UNAVAILABLE, not
+unknown, and so is every model while no worker has joined (the registry empty). A
+request that leaves (client gone, gRPC cancel) broadcasts a cancellation the worker
+passes on to the model. While the connection to
 the NATS server is down, requests fail at once with UNAVAILABLE naming the plane, and
 those in flight when it went down fail too (what the server held is lost with it).
 Statistics are the workers' own, summed (statistics.py). Inputs too large to go inline
@@ -26,7 +29,7 @@ from pbserve import __version__
 from pbserve.backend.manager import EXTENSIONS, READY
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse
-from pbserve.distributed.codec import decode_response, encode_request
+from pbserve.distributed.codec import decode_accepted, decode_response, encode_request
 from pbserve.distributed.data_plane import DataPlane, HeldGroup
 from pbserve.distributed.model_control import PlaneControl
 from pbserve.distributed.registry import Entry, RegistryView
@@ -76,6 +79,9 @@ class PlaneCore:
         ready = [e for e in entries if e["state"] == READY and e["metadata"]]
         if not ready:
             self._check_plane(name)  # the registry empties while the plane is away
+            if not entries:
+                self._check_lapsed(name)
+            self._check_workers(name)
             suffix = " is not found" if not entries else " has no available versions"
             raise not_found(f"Request for unknown model: '{name}'{suffix}")
         if version:
@@ -84,6 +90,23 @@ class PlaneCore:
                 raise not_found(f"Request for unknown model: '{name}' version {version} "
                                 f"is not found")
         return ready[0]
+
+    def _check_lapsed(self, name: str) -> None:
+        """UNAVAILABLE for a model whose workers stopped refreshing its entries (killed,
+        or not back yet after a NATS server restart): it is not unknown, it is away."""
+        gone = sorted({e["worker"] for e in self._registry.lapsed(name)})
+        if gone:
+            names = ", ".join(f"'{w}'" for w in gone)
+            raise unavailable(f"no worker serves model '{name}' now: worker {names} serving "
+                              f"it is gone (no heartbeat within the registry's TTL)")
+
+    def _check_workers(self, name: str) -> None:
+        """UNAVAILABLE while the registry is empty: no worker has joined (yet, or any
+        more), so no model can be said not to exist."""
+        if not self._registry.entries:
+            where = f" {self._plane.url}" if self._plane is not None else ""
+            raise unavailable(f"no worker serves model '{name}': the registry of request "
+                              f"plane{where} is empty (no worker has joined)")
 
     def _versions(self, name: str) -> list[str]:
         versions = {v for e in self._registry.of_model(name) if e["state"] == READY
@@ -221,7 +244,7 @@ class PlaneCore:
             raise
         if on_inbox is not None:
             on_inbox(inbox)
-        worker, done = "", False
+        worker, instance, done = "", "", False
         try:
             try:
                 await self._js.publish(infer_subject(model), payload,
@@ -238,13 +261,13 @@ class PlaneCore:
                     msg = await sub.next_msg(timeout=wait)
                 except nats.errors.TimeoutError:
                     self._check_plane(model, losses)
-                    self._check_worker(model, worker)
+                    self._check_worker(model, worker, instance)
                     if not worker and deadline is not None and time.monotonic() > deadline:
                         raise unavailable("Request timeout expired") from None
                     continue
                 response, sender = decode_response(msg.data)
                 if response is None:
-                    worker = sender
+                    worker, instance = decode_accepted(msg.data) or (sender, "")
                     continue
                 await self._data_plane.fill(response.outputs, f"worker '{sender}'")
                 done = response.final
@@ -271,12 +294,18 @@ class PlaneCore:
             raise unavailable(f"request plane {plane.url} connection lost while the "
                               f"request for model '{model}' was in flight")
 
-    def _check_worker(self, model: str, worker: str) -> None:
+    def _check_worker(self, model: str, worker: str, instance: str = "") -> None:
         """UNAVAILABLE when the worker that took the request (or, before one did, every
-        worker of the model) has left the registry."""
-        if worker and worker not in self._registry.workers:
-            raise unavailable(f"worker '{worker}' serving model '{model}' is gone: "
-                              f"no heartbeat within the registry's TTL")
+        worker of the model) has left the registry, or was started again under its
+        name (its entries hold another process's `instance`)."""
+        if worker:
+            instances = self._registry.instances(worker)
+            if not instances:
+                raise unavailable(f"worker '{worker}' serving model '{model}' is gone: "
+                                  f"no heartbeat within the registry's TTL")
+            if instance and "" not in instances and instance not in instances:
+                raise unavailable(f"worker '{worker}' serving model '{model}' is gone: "
+                                  f"it was started again (a new process has its name)")
         if not worker and not self._serves(model):
             raise unavailable(f"no worker serves model '{model}' any more")
 

@@ -1,10 +1,14 @@
 """The model registry: which worker serves which model, in JetStream KV.
 
 A worker puts one entry per model of its repository, key `<model>.<worker>`, value JSON
-{"worker", "model", "versions", "state", "reason", "config", "metadata"}; the bucket's
-TTL drops an entry its worker stopped refreshing (killed, cut off), and a worker that
-exits deletes its own. A frontend follows the bucket (RegistryView): a worker whose
-entries are gone is gone.
+{"worker", "instance", "model", "versions", "state", "reason", "config", "metadata"};
+the bucket's TTL drops an entry its worker stopped refreshing (killed, cut off), and a
+worker that exits deletes its own. A frontend follows the bucket (RegistryView): a
+worker whose entries are gone is gone. `instance` is a token of the worker's process:
+a worker started again under the same name (a supervisor's restart, within the TTL)
+overwrites the entries of the one that died, and the new token says that the old
+process, and whatever it had in flight, is gone. A view remembers entries that lapsed
+(not deleted) for GONE_KEEP_S: their model is away, not unknown.
 
 After the NATS server restarts (the bucket is in its memory: gone with it) the plane
 makes the bucket again, a worker puts its entries at once (`PlaneWorker.sync`), and a
@@ -18,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -33,6 +38,7 @@ log = logging.getLogger("pbserve.distributed")
 
 BUCKET = "pbserve_models"
 FOLLOW_RETRY_S = 0.5  # a registry view waits this long before replacing a failed watcher
+GONE_KEEP_S = 300.0  # how long a view remembers entries that lapsed (no heartbeat)
 Entry = dict[str, Any]
 
 
@@ -55,6 +61,7 @@ class Registry:
     def __init__(self, kv: KeyValue, worker: str) -> None:
         self._kv = kv
         self.worker = worker
+        self.instance = secrets.token_hex(8)  # this process, among workers of its name
         self._models: dict[str, str] = {}  # model -> its key
 
     def _key(self, model: str) -> str:
@@ -62,7 +69,8 @@ class Registry:
 
     async def put(self, entry: Entry) -> None:
         key = self._key(entry["model"])
-        await self._kv.put(key, json.dumps({**entry, "worker": self.worker}).encode())
+        await self._kv.put(key, json.dumps({**entry, "worker": self.worker,
+                                           "instance": self.instance}).encode())
         self._models[entry["model"]] = key
 
     async def remove(self, model: str) -> None:
@@ -91,6 +99,7 @@ class RegistryView:
         self._kv = kv
         self._ttl_s = ttl_s
         self._seen: dict[str, tuple[float, Entry]] = {}  # key -> (when put, entry)
+        self._pruned_at = time.monotonic()
         self._watcher = None
         self._task: asyncio.Task | None = None
 
@@ -147,6 +156,17 @@ class RegistryView:
             self._seen[update.key] = (time.monotonic(), json.loads(update.value))
         except ValueError:
             log.warning("registry entry '%s' is not JSON: ignored", update.key)
+        self._prune()
+
+    def _prune(self) -> None:
+        """Forget entries lapsed for over GONE_KEEP_S (checked once a TTL at most): a
+        frontend outlives many workers' names (HOST-PID by default)."""
+        now = time.monotonic()
+        if now - self._pruned_at < self._ttl_s:
+            return
+        self._pruned_at = now
+        for key in [k for k, (when, _) in self._seen.items() if when < now - GONE_KEEP_S]:
+            del self._seen[key]
 
     async def refresh(self, model: str, workers: list[str]) -> None:
         """Read `model`'s entries of `workers` from the bucket now (not waiting for the
@@ -172,5 +192,18 @@ class RegistryView:
     def workers(self) -> set[str]:
         return {e["worker"] for e in self.entries}
 
+    def instances(self, worker: str) -> set[str]:
+        """The process tokens of `worker`'s live entries (one, but for a short while
+        after it was started again: its old entries for models it no longer serves)."""
+        return {e.get("instance", "") for e in self.entries if e["worker"] == worker}
+
     def of_model(self, model: str) -> list[Entry]:
         return [e for e in self.entries if e["model"] == model]
+
+    def lapsed(self, model: str) -> list[Entry]:
+        """`model`'s entries whose worker stopped refreshing them (killed, cut off, or
+        not back yet after the NATS server restarted) within GONE_KEEP_S; not those a
+        worker deleted as it left."""
+        now = time.monotonic()
+        return [e for when, e in self._seen.values() if e["model"] == model
+                and now - GONE_KEEP_S <= when < now - self._ttl_s]

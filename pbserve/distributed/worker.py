@@ -179,7 +179,7 @@ class PlaneWorker:
         self._serving[inbox] = task
         model = ""
         try:
-            await self._nc.publish(inbox, encode_accepted(self.name))
+            await self._nc.publish(inbox, encode_accepted(self.name, self._registry.instance))
             request, stream = decode_request(msg.data)
             model = request.model_name
             await self._data_plane.fill(request.inputs, "the caller", self._max_input_bytes)

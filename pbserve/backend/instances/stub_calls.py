@@ -139,12 +139,13 @@ class StubCalls:
             requested_outputs=list(requested) or None,
             parameters=json.loads(params) if params and params != "{}" else {},
             correlation_id=correlation_id, flags=flags, timeout_us=timeout)
-        self_call = False
+        self_call = local = False
         try:
             model = self._ready_model(model_name, version, decoupled)
             if model is None:  # served by another process
                 await self._remote_bls(caller, call_id, request, decoupled)
                 return
+            local = True
             self_call = caller in model.instances
             if self_call:
                 caller.self_calls += 1
@@ -164,7 +165,10 @@ class StubCalls:
                 response = await model.infer(request, descs=descs)
                 caller.reply(call_id, None, self._answer(caller, response))
         except ServerError as err:  # before the callee got the request: Triton's words
-            _reply_error(caller, call_id, decoupled, ErrorCode.INTERNAL,
+            # (INTERNAL); a remote call that lost its worker or the plane says UNAVAILABLE
+            unavailable = not local and err.code is ErrorCode.UNAVAILABLE
+            _reply_error(caller, call_id, decoupled,
+                         ErrorCode.UNAVAILABLE if unavailable else ErrorCode.INTERNAL,
                          f"Model {model_name} - Error when running inference: {err.message}")
         except asyncio.CancelledError:
             _reply_error(caller, call_id, decoupled, ErrorCode.CANCELLED,
@@ -190,9 +194,12 @@ class StubCalls:
                 if self.remote is None:
                     raise ServerError(ErrorCode.NOT_FOUND, name)
                 target_decoupled = self.remote.is_decoupled(name, version)
-            except ServerError:
-                raise ServerError(ErrorCode.INTERNAL, "Failed for execute the inference "
-                                  f"request. Model '{name}' is not ready.") from None
+            except ServerError as err:
+                words = f"Failed for execute the inference request. Model '{name}' is not ready."
+                if err.code is ErrorCode.UNAVAILABLE:  # the plane's: why, to retry later
+                    raise ServerError(ErrorCode.UNAVAILABLE, f"{words[:-1]}: {err.message}"
+                                      ) from None
+                raise ServerError(ErrorCode.INTERNAL, words) from None
         if target_decoupled and not decoupled:
             raise ServerError(ErrorCode.INVALID_ARG, (
                 f"Model {name} is using the decoupled. The current BLS request call doesn't "
