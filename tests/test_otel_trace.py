@@ -1,7 +1,8 @@
 """Triton's OpenTelemetry trace mode through a real server: its spans reach an OTLP/HTTP
 receiver the test runs (decoding ExportTraceServiceRequest), under the client's W3C
 `traceparent` (HTTP header, gRPC metadata), with a BLS child under its caller's compute
-span, and the model reads its span's context with `request.trace().get_context()`."""
+span, and the model reads its span's context with `request.trace().get_context()`;
+in mode triton the same BLS call is a child record (`parent_id`)."""
 
 from __future__ import annotations
 
@@ -198,3 +199,16 @@ def test_rate_zero_traces_only_requests_with_a_traceparent(repo, receiver):
         own, _ = _infer(client, httpclient, {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"})
     assert own["traceparent"].startswith(f"00-{TRACE_ID}-")
     assert {s.trace_id.hex() for s in receiver.spans} == {TRACE_ID}
+
+
+def test_a_bls_call_made_with_the_trace_is_its_child_in_mode_triton(repo, tmp_path):
+    trace_file = tmp_path / "trace.json"
+    args = ["--trace-config", f"triton,file={trace_file}", "--trace-config", "level=TIMESTAMPS",
+            "--trace-config", "rate=1"]
+    with running_server(repo, args=args) as server:
+        # mode triton has no OpenTelemetry context for the model
+        assert _infer(server.http_client(), httpclient, {}) == (None, None)
+    models = {r["model_name"]: r for r in json.loads(trace_file.read_text())
+              if "model_name" in r}
+    assert models["callee"]["parent_id"] == models["caller"]["id"] != 0
+    assert models["caller"]["parent_id"] == 0
