@@ -287,6 +287,8 @@ class Model:
             response = await pending.future
         except asyncio.CancelledError:
             self.cancel(pending)
+            if trace is not None:  # its caller is gone: the trace ends now
+                trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
             raise
         if trace is not None:
             trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
@@ -313,6 +315,7 @@ class Model:
                     if trace is not None:
                         trace.finish(pending.arrival_ns, pending.exec_start_ns,
                                      time.monotonic_ns())
+                        trace = None
                     self._completed(pending, response if not failed else _failed(response))
                     yield response
                     return
@@ -320,6 +323,8 @@ class Model:
         finally:
             if not pending.done:
                 self.cancel(pending)
+            if trace is not None:  # its reader is gone before the final response
+                trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
 
     def _trace(self, request: InferRequest) -> Trace | None:
         """The request's trace, if sampled: a child of the trace of the request it is
