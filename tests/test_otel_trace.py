@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
@@ -197,8 +198,15 @@ def test_rate_zero_traces_only_requests_with_a_traceparent(repo, receiver):
         client = server.http_client()
         assert _infer(client, httpclient, {}) == (None, None)  # not traced: no context
         own, _ = _infer(client, httpclient, {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"})
+        generate_trace = "0af7651916cd43dd8448eb211c80319c"
+        request = urllib.request.Request(
+            f"http://{server.http_url}/v2/models/caller/generate", data=b'{"IN": 1.0}',
+            headers={"traceparent": f"00-{generate_trace}-{CLIENT_SPAN}-01"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            context = json.loads(json.loads(reply.read())["CONTEXT"])
     assert own["traceparent"].startswith(f"00-{TRACE_ID}-")
-    assert {s.trace_id.hex() for s in receiver.spans} == {TRACE_ID}
+    assert context["traceparent"].startswith(f"00-{generate_trace}-")
+    assert {s.trace_id.hex() for s in receiver.spans} == {TRACE_ID, generate_trace}
 
 
 def test_a_bls_call_made_with_the_trace_is_its_child_in_mode_triton(repo, tmp_path):
