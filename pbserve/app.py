@@ -20,6 +20,7 @@ from pbserve.backend.api import InferenceCore
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.observability.tracing import TRACER
+from pbserve.backend.repository.cloud_repository import CloudRepositories
 from pbserve.backends import set_backend_directory
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
@@ -85,12 +86,15 @@ def _end_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
                                          timeout=LEFTOVER_TASKS_S))
 
 
-def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelManager | None:
-    """The model manager of --model-repository (None without: a frontend of the plane)."""
+def build_manager(args: argparse.Namespace, settings: DerivedSettings,
+                  repositories: CloudRepositories | None = None) -> ModelManager | None:
+    """The model manager of --model-repository (None without: a frontend of the plane);
+    `repositories`: those paths with the cloud ones copied locally."""
     if not args.model_repository:
         return None
     set_backend_directory(args.backend_directory)
-    manager = ModelManager([Path(p) for p in args.model_repository],
+    paths = repositories.paths if repositories is not None else args.model_repository
+    manager = ModelManager([Path(p) for p in paths],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
                            auto_complete=settings.auto_complete,
@@ -98,7 +102,9 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelM
                                args.model_config_defaults, args.backend_config),
                            poll_secs=args.repository_poll_secs,
                            allow_client_shm=args.allow_client_shm,
-                           restart_wait_s=args.restart_wait_secs)
+                           restart_wait_s=args.restart_wait_secs,
+                           refresh=repositories.refresh if repositories is not None
+                           and repositories.has_cloud else None)
     manager.strict_readiness = args.strict_readiness
     manager.load_thread_count = args.model_load_thread_count
     return manager
@@ -145,7 +151,20 @@ async def serve(args: argparse.Namespace, settings: DerivedSettings) -> int:
     """Start everything, wait for a signal, stop in order: a worker leaves the plane
     first (no new requests), then the servers and the models (shutdown.py), then the
     plane's connection; the exit status."""
-    manager = build_manager(args, settings)
+    try:  # cloud repositories are copied into private local directories
+        repositories = await asyncio.to_thread(CloudRepositories, args.model_repository)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 1
+    try:
+        return await _serve(args, settings, repositories)
+    finally:
+        repositories.close()
+
+
+async def _serve(args: argparse.Namespace, settings: DerivedSettings,
+                 repositories: CloudRepositories) -> int:
+    manager = build_manager(args, settings, repositories)
     core: InferenceCore | None = manager
     node: Node | None = None
     stop = asyncio.Event()

@@ -70,7 +70,7 @@ class BlsClient:
                 request.request_id(), request.correlation_id(), request.flags(),
                 request.parameters(), request.timeout(),
                 tuple(request.requested_output_names()), tuple(descs), decoupled,
-                CURRENT_KEYS.get())
+                CURRENT_KEYS.get(), request._trace._key if request._trace is not None else None)
         return args, owned
 
     def _free(self, owned: list) -> None:

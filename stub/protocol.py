@@ -77,25 +77,28 @@ SHM_PRESSURE = 115  # (SHM_PRESSURE,): this stub found /dev/shm full; the others
 # -- the records inside messages ------------------------------------------------------
 # RequestMsg: one request of an EXECUTE.
 REQ_KEY, REQ_ID, REQ_CORRELATION_ID, REQ_FLAGS, REQ_PARAMETERS, REQ_TIMEOUT_US, \
-    REQ_REQUESTED, REQ_INPUTS, REQ_LENDABLE, REQ_OUTPUT_SHM = range(10)
+    REQ_REQUESTED, REQ_INPUTS, REQ_LENDABLE, REQ_OUTPUT_SHM, REQ_TRACE = range(11)
 
 
 def request_msg(*, key: int, request_id: str, correlation_id: int | str, flags: int,
                 parameters_json: str, timeout_us: int, requested: tuple[str, ...] | None,
                 inputs: tuple, lendable: bool,
-                output_shm: dict[str, tuple[str, int, int]] | None) -> tuple:
+                output_shm: dict[str, tuple[str, int, int]] | None,
+                trace: tuple[int, str] | None = None) -> tuple:
     """A RequestMsg. `inputs`: TensorDescs. `lendable`: the input blocks are this
     request's own copies in the parent's pool and its model answers once, so an output
     may name one (stub/borrowed.py) and the parent then frees it with the response.
     `output_shm`: outputs to write into client regions, name -> (token, offset,
-    byte_size) (the client's memory: the response names them there, nobody frees them)."""
+    byte_size) (the client's memory: the response names them there, nobody frees them).
+    `trace`: the request is traced: (trace id, OpenTelemetry context JSON or "") for
+    `request.trace()`; a BLS call made with that trace names the id (a child trace)."""
     return (key, request_id, correlation_id, flags, parameters_json, timeout_us, requested,
-            inputs, lendable, output_shm)
+            inputs, lendable, output_shm, trace)
 
 
 def with_inputs(msg: tuple, inputs: tuple, lendable: bool) -> tuple:
     """`msg` with its inputs placed (a request staged into shm as it is dispatched)."""
-    return (*msg[:REQ_INPUTS], inputs, lendable, msg[REQ_OUTPUT_SHM])
+    return (*msg[:REQ_INPUTS], inputs, lendable, *msg[REQ_OUTPUT_SHM:])
 
 
 def in_sequence(msg: tuple, correlation_id: int | str, flags: int, controls: tuple) -> tuple:

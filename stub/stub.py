@@ -25,6 +25,7 @@ from backend_utils.constants import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 from backend_utils.error import TritonError
 from backend_utils.request import InferenceRequest
+from backend_utils.trace import InferenceTrace
 from shm.doorbell import ring
 from shm.pool import Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
@@ -418,7 +419,7 @@ class Stub:
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         # a RequestMsg (protocol.request_msg), read whole
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \
-            output_shm = msg
+            output_shm, trace = msg
         if self.decoupled:  # only `_abort` asks, for a decoupled coroutine that raised
             with self._open_lock:
                 self._open.add(key)
@@ -427,7 +428,8 @@ class Stub:
             inputs=input_tensors(inputs, self.regions, lend_to, lent), request_id=request_id,
             correlation_id=correlation_id, flags=flags, parameters_json=params,
             timeout=timeout, requested_output_names=requested or (),
-            model_name="", model_version=-1, key=key, output_shm=output_shm)
+            model_name="", model_version=-1, key=key, output_shm=output_shm,
+            trace=None if trace is None else InferenceTrace._incoming(trace[1], trace[0]))
 
     def _abort(self, requests: list[InferenceRequest], exc: BaseException) -> None:
         """A decoupled coroutine raised (or was cancelled): close the requests it left open

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from pbserve import __version__
 from pbserve.backend.observability import metrics
@@ -94,10 +94,11 @@ class ModelManager:
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
                  config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
-                 allow_client_shm: bool = True, restart_wait_s: float = RESTART_WAIT_S
-                 ) -> None:
+                 allow_client_shm: bool = True, restart_wait_s: float = RESTART_WAIT_S,
+                 refresh: Callable[[], Awaitable[None]] | None = None) -> None:
         """`restart_wait_s`: how long requests wait for a model none of whose instances
-        can run (outage.py)."""
+        can run (outage.py). `refresh`: brings the repositories' local copies up to date
+        (cloud repositories), before each poll and each load request."""
         if control_mode not in ("none", "explicit", "poll"):
             raise invalid_arg(f"unsupported model control mode '{control_mode}'")
         self.repositories = [Path(r).resolve() for r in repositories]
@@ -106,10 +107,11 @@ class ModelManager:
         self.auto_complete = auto_complete
         self.config_sources = config_sources or ConfigSources()
         self.restart_wait_s = restart_wait_s
+        self._refresh = refresh
         self._poller = RepositoryPoller(
             self.repositories, poll_secs, self._poll_load, self._poll_unload,
-            lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint}
-        ) if control_mode == "poll" else None
+            lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint},
+            refresh) if control_mode == "poll" else None
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
@@ -324,6 +326,8 @@ class ModelManager:
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
         check_explicit(self.control_mode)
+        if self._refresh is not None:
+            await self._refresh()
         override = None
         if files:
             check_model_name(name)

@@ -287,6 +287,8 @@ class Model:
             response = await pending.future
         except asyncio.CancelledError:
             self.cancel(pending)
+            if trace is not None:  # its caller is gone: the trace ends now
+                trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
             raise
         if trace is not None:
             trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
@@ -313,6 +315,7 @@ class Model:
                     if trace is not None:
                         trace.finish(pending.arrival_ns, pending.exec_start_ns,
                                      time.monotonic_ns())
+                        trace = None
                     self._completed(pending, response if not failed else _failed(response))
                     yield response
                     return
@@ -320,6 +323,8 @@ class Model:
         finally:
             if not pending.done:
                 self.cancel(pending)
+            if trace is not None:  # its reader is gone before the final response
+                trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
 
     def _trace(self, request: InferRequest) -> Trace | None:
         """The request's trace, if sampled: a child of the trace of the request it is
@@ -327,16 +332,20 @@ class Model:
         parent = request._trace_parent
         if parent is not None:
             return parent.child(self.name, self.version, request.id)
-        return TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
+        return TRACER.sample(self.name, self.version, request.id, request.trace_headers) \
+            if TRACER.enabled else None
 
     def _traced_submit(self, trace: Trace, request: InferRequest, streaming: bool,
                        descs: tuple | None) -> PendingRequest:
         """`_submit`; a request refused on the way (validation) still ends its trace."""
         try:
-            return self._submit(request, streaming=streaming, descs=descs)
+            pending = self._submit(request, streaming=streaming, descs=descs,
+                                   trace=(trace.id, trace.context))
         except BaseException:
             trace.finish(0, 0, 0)
             raise
+        trace.pending = pending
+        return pending
 
     def expect_request(self) -> None:
         """A frontend is decoding a request for this model (a hint, nothing is queued):
@@ -372,10 +381,11 @@ class Model:
             pending.deliver(self._error(pending, ServerError(
                 ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
 
-    def _submit(self, request: InferRequest, streaming: bool, descs: tuple | None = None
-                ) -> PendingRequest:
+    def _submit(self, request: InferRequest, streaming: bool, descs: tuple | None = None,
+                trace: tuple[int, str] | None = None) -> PendingRequest:
         """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
-        shm (a BLS call's, in the caller's pool): they are passed on, not copied."""
+        shm (a BLS call's, in the caller's pool): they are passed on, not copied.
+        `trace`: the request's trace id and context, for `request.trace()`."""
         if self._outage.error is not None:
             raise self._outage.error
         batch_size = self._validator.validate(request)
@@ -419,7 +429,7 @@ class Model:
                             correlation_id=request.correlation_id, flags=request.flags,
                             parameters_json=params, timeout_us=request.timeout_us,
                             requested=requested, inputs=descs, lendable=lendable,
-                            output_shm=output_shm)
+                            output_shm=output_shm, trace=trace)
         pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
                                  self._free_blocks, streaming)
         if not staged:

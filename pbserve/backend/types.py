@@ -71,6 +71,8 @@ class InferRequest:
     # The trace of the request this one is made for (an ensemble's step): this one's is
     # its child (observability/tracing.py Trace).
     _trace_parent: Any = field(default=None, repr=False)
+    # The W3C trace context the client sent (`traceparent`, `tracestate`), if any.
+    trace_headers: dict[str, str] | None = field(default=None, repr=False)
 
     def release_shm(self) -> None:
         release, self._shm_release = self._shm_release, None

@@ -31,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pbserve", description="Serve Triton Python-backend models (tritonserver's flags).")
     add = parser.add_argument
     add("--model-repository", "--model-store", action="append", default=[],
-        dest="model_repository", help="model repository directory (repeatable); "
-                                      "required unless --request-plane is given")
+        dest="model_repository", help="model repository directory, or s3://, gs://, "
+                                      "as:// (repeatable); required unless "
+                                      "--request-plane is given")
     add("--request-plane", default=None, metavar="nats://HOST:PORT",
         help="pbserve: join a NATS request plane (JetStream on): with a repository, serve "
              "its models to the plane (a worker); without one, serve the plane's models "

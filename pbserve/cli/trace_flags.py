@@ -1,11 +1,14 @@
 """tritonserver's trace flags: `--trace-config [triton,]<setting>=<value>` (repeatable)
 and the older `--trace-file`, `--trace-level`, `--trace-rate`, `--trace-count`,
-`--trace-log-frequency`; they make the global trace setting (backend/observability/tracing.py)."""
+`--trace-log-frequency`; they make the global trace setting (backend/observability/tracing.py).
+`mode=opentelemetry` with `opentelemetry,url=...`, `opentelemetry,resource=key=value`
+(repeatable) and `opentelemetry,bsp_*=N` exports spans instead (otel_trace.py)."""
 
 from __future__ import annotations
 
 import argparse
 
+from pbserve.backend.observability import otel_trace
 from pbserve.backend.observability.tracing import LEVELS, TRACER, TraceSetting
 
 
@@ -13,8 +16,10 @@ def add_trace_flags(parser: argparse.ArgumentParser) -> None:
     """Add the trace flags to `parser`."""
     add = parser.add_argument
     add("--trace-config", action="append", default=[], metavar="[MODE,]SETTING=VALUE",
-        help="rate=N, level=TIMESTAMPS|TENSORS|OFF (repeatable), count=N, mode=triton, "
-             "triton,file=PATH, triton,log-frequency=N")
+        help="rate=N, level=TIMESTAMPS|TENSORS|OFF (repeatable), count=N, "
+             "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
+             "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE (repeatable), "
+             "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N")
     add("--trace-file", default=None)
     add("--trace-level", action="append", default=None)
     add("--trace-rate", type=int, default=None)
@@ -22,20 +27,40 @@ def add_trace_flags(parser: argparse.ArgumentParser) -> None:
     add("--trace-log-frequency", type=int, default=None)
 
 
+def trace_mode(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:
+    """The flags' mode ("triton" or "opentelemetry") and their opentelemetry settings."""
+    mode, otel = "triton", []
+    for entry in args.trace_config:
+        entry_mode, sep, pair = entry.partition(",")
+        if sep and entry_mode == "opentelemetry":
+            key, _, value = pair.partition("=")
+            if key not in otel_trace.SETTINGS:
+                raise ValueError(f"--trace-config {entry}: unknown opentelemetry setting "
+                                 f"'{key}' (one of {', '.join(otel_trace.SETTINGS)})")
+            otel.append((key, value))
+        elif not sep and entry.startswith("mode="):
+            mode = entry[len("mode="):]
+            if mode not in ("triton", "opentelemetry"):
+                raise ValueError(f"--trace-config {entry}: the trace mode is 'triton' or "
+                                 f"'opentelemetry'")
+    return mode, otel
+
+
 def trace_setting(args: argparse.Namespace) -> TraceSetting:
     """The global setting of the flags (ValueError for one pbserve cannot take)."""
     setting = TraceSetting()
     levels: list[str] = list(args.trace_level or [])
     for entry in args.trace_config:
-        mode, _, pair = entry.rpartition(",")
+        if entry.startswith("opentelemetry,"):
+            continue  # trace_mode's
+        mode, _, pair = entry.partition(",") if "," in entry else ("", "", entry)
         key, sep, value = pair.partition("=")
         if not sep:
             raise ValueError(f"--trace-config option format is '<mode>,<setting>=<value>' "
                              f"or '<setting>=<value>'. Got {entry}")
         if mode not in ("", "triton"):
-            raise ValueError(f"--trace-config {entry}: pbserve traces in mode 'triton' only")
-        if key == "mode" and value != "triton":
-            raise ValueError(f"--trace-config {entry}: pbserve traces in mode 'triton' only")
+            raise ValueError(f"--trace-config {entry}: unknown trace mode '{mode}' "
+                             f"(triton or opentelemetry)")
         if key == "level":
             levels.append(value)
         elif key in ("rate", "count", "log-frequency"):
@@ -55,5 +80,8 @@ def trace_setting(args: argparse.Namespace) -> TraceSetting:
 
 
 def configure_tracing(args: argparse.Namespace) -> None:
-    """Make the flags' setting the global one (ValueError as `trace_setting`)."""
-    TRACER.configure(trace_setting(args))
+    """Make the flags' setting the global one (ValueError as `trace_setting`); in mode
+    opentelemetry, start its exporter."""
+    setting = trace_setting(args)
+    mode, otel = trace_mode(args)
+    TRACER.configure(setting, otel_trace.OtelExport(otel) if mode == "opentelemetry" else None)

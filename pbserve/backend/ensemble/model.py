@@ -172,7 +172,8 @@ class EnsembleModel:
         request (None: it succeeded). Counts the ensemble's statistics."""
         batch = self._validator.validate(request)
         arrival = time.monotonic_ns()
-        trace = TRACER.sample(self.name, self.version, request.id) if TRACER.enabled else None
+        trace = TRACER.sample(self.name, self.version, request.id, request.trace_headers) \
+            if TRACER.enabled else None
         stats = self.stats
         stats.pending += 1
         blocks: list = []

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.custom_metrics import CustomMetrics
+from pbserve.backend.observability.tracing import TRACER
 from pbserve.backend.instances.remote_calls import in_parent_blocks
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
@@ -130,7 +131,7 @@ class StubCalls:
     # -- BLS --------------------------------------------------------------------------
     async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
         (model_name, version, request_id, correlation_id, flags, params, timeout,
-         requested, descs, decoupled, on_behalf_of) = args
+         requested, descs, decoupled, on_behalf_of, trace_id) = args
         self._serving[(id(caller), call_id)] = set(on_behalf_of)
         request = InferRequest(
             model_name, version, request_id,
@@ -138,7 +139,9 @@ class StubCalls:
                     for d in descs],
             requested_outputs=list(requested) or None,
             parameters=json.loads(params) if params and params != "{}" else {},
-            correlation_id=correlation_id, flags=flags, timeout_us=timeout)
+            correlation_id=correlation_id, flags=flags, timeout_us=timeout,
+            # made with `trace=request.trace()`: its trace is a child of that request's
+            _trace_parent=None if trace_id is None else TRACER.live(trace_id))
         self_call = local = False
         try:
             model = self._ready_model(model_name, version, decoupled)

@@ -38,8 +38,12 @@ class RepositoryPoller:
     def __init__(self, repositories: list[Path], interval_s: float,
                  load: Callable[[str], Awaitable[None]],
                  unload: Callable[[str], Awaitable[None]],
-                 loaded: Callable[[], dict[str, tuple]]) -> None:
+                 loaded: Callable[[], dict[str, tuple]],
+                 refresh: Callable[[], Awaitable[None]] | None = None) -> None:
+        """`refresh`: brings the repositories' local copies up to date before each look
+        (cloud repositories: cloud_repository.py)."""
         self._repositories = repositories
+        self._refresh = refresh
         self._interval_s = interval_s
         self._load = load
         self._unload = unload
@@ -63,6 +67,8 @@ class RepositoryPoller:
                 log.exception("polling the model repository failed")
 
     async def poll(self) -> None:
+        if self._refresh is not None:
+            await self._refresh()
         scanned = scan_repositories(self._repositories)
         known = self._loaded()
         work = []

@@ -24,12 +24,14 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.config.model_config import config_from_dict
 from pbserve.backend.types import InferResponse
+from pbserve.backend.observability.tracing import TRACER
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
 from pbserve.server.http import stats as http_stats
 from pbserve.server.grpc import logging as grpc_logging
 from pbserve.server.grpc import shm as grpc_shm
 from pbserve.server.grpc import trace as grpc_trace
 from pbserve.server.error_log import ErrorLog
+from pbserve.server import trace_context
 from pbserve.server.grpc.codec import (
     decode_infer_request,
     encode_infer_response_bytes,
@@ -132,6 +134,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             if served.decoupled:
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
             infer_request, _ = decode_infer_request(request, version, raw, placed)
+            if TRACER.otel is not None:
+                infer_request.trace_headers = trace_context.from_grpc(
+                    context.invocation_metadata())
             response = await served.infer(infer_request)
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             await self._fail(context, "ModelInfer", exc)

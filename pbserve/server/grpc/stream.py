@@ -34,6 +34,7 @@ from pbserve.backend.api import InferenceCore, ModelHandle
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ServerError, internal
 from pbserve.server.error_log import ErrorLog
+from pbserve.server import trace_context
 from pbserve.server.grpc.codec import (
     FINAL_KEY,
     decode_infer_request,
@@ -68,6 +69,7 @@ class StreamSession:
         # Triton's `triton_grpc_error: true` stream header: the first error ends the call
         # with its gRPC status instead of travelling as a response's error_message.
         self._grpc_error = _header_true(context, GRPC_ERROR_HEADER)
+        self._trace_headers = trace_context.from_grpc(context.invocation_metadata())
         # Completion of the latest non-decoupled request: the next one waits for it
         # before it queues its response, so they go out in arrival order.
         self._ordered_tail: asyncio.Future | None = None
@@ -131,6 +133,7 @@ class StreamSession:
             version = model_version(request.model_version)
             served = self._core.model_handle(request.model_name, version)
             infer_request, empty_final = decode_infer_request(request, version)
+            infer_request.trace_headers = self._trace_headers
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
             served, infer_request, empty_final, error = None, None, False, exc
         else:

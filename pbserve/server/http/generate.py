@@ -22,7 +22,7 @@ from pbserve.backend.api import InferenceCore, ModelHandle
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg
 from pbserve.server.http import codec
-from pbserve.server import jsonio
+from pbserve.server import jsonio, trace_context
 from pbserve.server.http.compression import decompress_body
 from pbserve.server.http.messages import (
     HttpReply,
@@ -38,6 +38,7 @@ async def handle_generate(core: InferenceCore, request: HttpRequest, model: str,
                           max_input: int) -> HttpReply | HttpStreamReply:
     metadata = core.model_metadata(model, version)
     infer_request = build_request(model, version, metadata, _body(request, max_input))
+    infer_request.trace_headers = trace_context.from_http(request.headers)
     responses = _responses(core.model_handle(model, version), infer_request)
     if streaming:
         return await _stream_reply(responses)

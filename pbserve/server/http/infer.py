@@ -14,6 +14,7 @@ from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.http import codec
 from pbserve.server import jsonio
+from pbserve.server import trace_context
 from pbserve.server.http.compression import compress, decompress_body, response_encoding
 from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit
 from pbserve.server.http.messages import (
@@ -58,6 +59,7 @@ async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
                           "with decoupled transaction policy")
     header, binary = split_body(request, max_input)
     infer_request, plan = codec.decode_infer_request(model, version, header, binary)
+    infer_request.trace_headers = trace_context.from_http(request.headers)
     response = await served.infer(infer_request)
     try:
         return response_reply(response, plan, request.headers.get(b"accept-encoding"))
