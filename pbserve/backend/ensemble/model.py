@@ -222,13 +222,13 @@ class EnsembleModel:
             stats.success_us += took_us
             stats.inference_count += max(batch, 1)
             stats.exec_count += 1
-            stats.executed += 1
             stats.compute_infer_us += run.step_ns // 1000
-            figures = stats.batches.setdefault(max(batch, 1), [0, 0])
+            figures = stats.batches.setdefault(max(batch, 1), [0, 0, 0, 0])
             figures[0] += 1
             figures[1] += run.step_ns
         else:
             stats.failures[metrics.BACKEND] += 1
+            stats.failure_us += took_us
         return error
 
     def _inputs(self, request: InferRequest, descs: tuple | None, blocks: list
