@@ -354,12 +354,14 @@ class Model:
         if on_submit is not None:
             on_submit(pending)
         assert pending.stream is not None
-        failed = False
+        errors = 0
         try:
             while True:
                 response = await pending.stream.get()
-                failed = failed or response.error is not None
+                errors += response.error is not None
                 if response.final:
+                    # As Triton: the model's own error responses do not fail the request
+                    failed = errors > pending.model_errors
                     if trace is not None:
                         trace.finish(pending.arrival_ns, pending.exec_start_ns,
                                      time.monotonic_ns())
@@ -604,7 +606,9 @@ class Model:
         took_us = (time.monotonic_ns() - pending.arrival_ns) // 1000
         stats.request_us += took_us
         stats.last_inference_ms = int(time.time() * 1000)
-        if response.error is None:
+        # As Triton's Python backend: a request the model answered with an error response
+        # (InferenceResponse(error=...)) succeeded; one whose execute raised failed.
+        if response.error is None or pending.model_errors:
             stats.success += 1
             stats.success_us += took_us
             stats.inference_count += max(pending.batch_size, 1)  # no batching: 1 each
@@ -648,6 +652,6 @@ def _failure_reason(pending: PendingRequest, error: ServerError) -> str:
 
 
 def _failed(response: InferResponse) -> InferResponse:
-    """A stand-in that counts a stream with an error response as failed."""
+    """A stand-in that counts a stream with an error response not the model's as failed."""
     return InferResponse(response.model_name, response.model_version, response.id,
                          error=ServerError(ErrorCode.INTERNAL, "stream had an error"))

@@ -33,7 +33,8 @@ class PendingRequest:
                  "batch_size", "future", "stream", "arrival_s", "arrival_ns",
                  "queue_deadline", "exec_start_ns", "_free_blocks", "done",
                  "cancelled", "instance", "on_complete", "order", "order_seq",
-                 "input_ns", "compute_ns", "output_ns", "responses", "last_response_ns")
+                 "input_ns", "compute_ns", "output_ns", "responses", "last_response_ns",
+                 "model_errors")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
                  batch_size: int, free_blocks: Callable[[list[Block]], None],
@@ -59,6 +60,7 @@ class PendingRequest:
         self.output_ns = 0
         self.responses = 0  # how many it got (a decoupled model's response_stats)
         self.last_response_ns = 0
+        self.model_errors = 0  # error responses the model made (not an exception's)
         self._free_blocks = free_blocks
         self.done = False
         self.cancelled = False

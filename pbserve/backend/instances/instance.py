@@ -339,6 +339,7 @@ class ModelInstance:
                 started = time.monotonic_ns()
                 response = self._outputs.response(pending, msg, True)
                 pending.output_ns += time.monotonic_ns() - started
+                pending.model_errors += response.error is not None
                 pending.deliver(response)
         self._on_batch_end(batch_id, error, rescheduled)
 
@@ -356,6 +357,7 @@ class ModelInstance:
                                      pending.request.id, final=final)
         else:
             response = self._outputs.response(pending, msg, final)
+            pending.model_errors += response.error is not None
         pending.output_ns += time.monotonic_ns() - started
         pending.deliver(response)
         self._events.responded(pending, response.error is not None, not response.outputs,
