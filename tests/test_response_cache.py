@@ -222,3 +222,37 @@ def test_statistics_json_of_a_hit_counts_as_triton(repo):
         [stats] = json.load(urllib.request.urlopen(url))["model_stats"]
         assert stats["inference_stats"]["cache_hit"]["count"] == 2
         assert stats["batch_stats"][0]["compute_infer"]["count"] == 1
+
+
+ENSEMBLE = '''
+name: "ens"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+         { name: "RUNS" data_type: TYPE_INT64 dims: [ 1 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "uncached" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" }
+  output_map [ { key: "OUTPUT0" value: "OUTPUT0" }, { key: "RUNS" value: "RUNS" } ]
+} ] }
+response_cache { enable: true }
+'''
+
+
+def test_an_ensemble_caches_its_responses_at_its_top_level(repo):
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE)
+    with running_server(repo, args=["--cache-config", "local,size=65536"]) as server:
+        http = server.http_client()
+        a = np.arange(8, dtype=np.float32)
+        results = [_http_infer(http, "ens", a) for _ in range(3)]
+        assert [runs for _, runs in results] == [1, 1, 1]
+        assert all(np.array_equal(out, a) for out, _ in results)
+        assert _http_infer(http, "ens", a + 1)[1] == 2
+        stats = _stats(server, "ens")["inference_stats"]
+        assert (stats["cache_hit"]["count"], stats["cache_miss"]["count"]) == (2, 2)
+        assert _stats(server, "uncached")["inference_stats"]["success"]["count"] == 2
+        # As Triton: an ensemble has no per-model cache metrics
+        assert 'nv_cache_num_hits_per_model{model="ens"' not in \
+            urllib.request.urlopen(server.metrics_url).read().decode()

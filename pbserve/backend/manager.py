@@ -464,7 +464,7 @@ class ModelManager:
         loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
             ensemble = EnsembleModel(name, version, model_dir, cfg, self._step_model,
-                                     self._refs)
+                                     self._refs, self.response_cache)
             await ensemble.load()
             loaded[ensemble.version] = ensemble
         return loaded

@@ -29,6 +29,7 @@ from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.observability.tracing import TRACER, Trace
 from pbserve.backend.validation import RequestValidator
 from pbserve.backend.instances.warmup import warm_up, warmup_samples
+from pbserve.backend.cache.cached_infer import infer_cached
 from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.instances.block_refs import BlockRefs
@@ -310,23 +311,11 @@ class Model:
 
     async def _infer_cached(self, cache: ResponseCache, request: InferRequest
                             ) -> InferResponse:
-        """Answer from the response cache, or run the request and keep its response
-        (Triton's statistics: a hit counts as a success with its lookup as `cache_hit`,
-        a miss adds its lookup and insertion to `cache_miss` and the request's time)."""
-        started = time.monotonic_ns()
+        """Answered from the response cache, or run and its response kept."""
         self._validator.validate(request)  # a bad request fails as it would uncached
         requested = tuple(request.requested_outputs or self._output_names)
-        key = cache.key(self.name, self.version, request, requested)
-        entry = cache.lookup(key, started)
-        looked = time.monotonic_ns()
-        if entry is not None:
-            self.stats.cache_hit(looked - started, time.monotonic_ns() - started)
-            return entry.response(self.name, self.version, request.id)
-        response = await self._infer(request, None)
-        inserting = time.monotonic_ns()
-        if cache.insert(key, response):
-            self.stats.cache_miss(looked - started + time.monotonic_ns() - inserting)
-        return response
+        return await infer_cached(cache, self.stats, self.name, self.version, request,
+                                  requested, lambda: self._infer(request, None))
 
     async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
         trace = self._trace(request)

@@ -83,7 +83,9 @@ class ModelStats:
     batches: dict[int, list[int]] = field(default_factory=dict)
     # a decoupled model's responses by index (response_stats.py)
     responses: ResponseStats = field(default_factory=ResponseStats)
-    cache_enabled: bool = False  # whether the nv_cache_*_per_model families show it
+    # whether the nv_cache_*_per_model families show it (a model's, not an ensemble's: as
+    # Triton, whose ensembles use the cache but report no cache metrics)
+    cache_enabled: bool = False
 
     @property
     def compute_input_us(self) -> int:
@@ -157,7 +159,7 @@ class ModelStats:
 COUNTERS = ("success", "failures", "inference_count", "exec_count", "request_us",
             "queue_us", "compute_infer_us", "pending", "restart_failures", "cache_hits",
             "cache_hit_ns", "cache_misses", "cache_miss_ns", "compute_input_ns",
-            "compute_output_ns")
+            "compute_output_ns", "cache_enabled")  # (summed, cache_enabled is any server's)
 
 
 def counters(stats: ModelStats) -> dict[str, Any]:
@@ -195,7 +197,7 @@ def render(stats: list[ModelStats]) -> str:
                 continue
             lines.append(f'{family}{{model="{s.model}",version="{s.version}"}} '
                          f"{getattr(s, attr)}")
-    cached = [s for s in stats if s.cache_enabled or s.cache_hits or s.cache_misses]
+    cached = [s for s in stats if s.cache_enabled]
     for attr, unit, family, help_text in _CACHE_FAMILIES if cached else ():
         lines += [f"# HELP {family} {help_text}", f"# TYPE {family} counter"]
         lines.extend(f'{family}{{model="{s.model}",version="{s.version}"}} '
