@@ -314,8 +314,11 @@ class Model:
         """Answered from the response cache, or run and its response kept."""
         self._validator.validate(request)  # a bad request fails as it would uncached
         requested = tuple(request.requested_outputs or self._output_names)
-        return await infer_cached(cache, self.stats, self.name, self.version, request,
-                                  requested, lambda: self._infer(request, None))
+        response = await infer_cached(cache, self.stats, self.name, self.version, request,
+                                      requested, lambda: self._infer(request, None))
+        if self._on_request_done is not None:  # a hit, too, keeps the loop turning a while
+            self._on_request_done()
+        return response
 
     async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
         trace = self._trace(request)

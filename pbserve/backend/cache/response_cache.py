@@ -8,8 +8,8 @@ outputs, which Triton's documentation says a request is made of. Request paramet
 not in the key, as in Triton.
 
 An entry is the outputs' bytes, copied once out of the stub's shared memory when the
-miss is answered; a hit is answered with views of those bytes (no copy per hit: the
-frontends send straight from them). An evicted entry's bytes live on while a frontend
+miss is answered; a hit is answered with those `bytes` objects themselves (no copy per
+hit: the frontends send them as they are). An evicted entry's bytes live on while a frontend
 is still sending them. On the event loop only: no lock.
 """
 
@@ -40,9 +40,10 @@ class CachedResponse:
     cost: int  # bytes counted against the cache's size
 
     def response(self, model: str, version: str, request_id: str) -> InferResponse:
-        """A response to `request_id` viewing this entry's bytes (nothing copied)."""
+        """A response to `request_id` with this entry's bytes objects as its outputs'
+        data (nothing copied: the frontends send `bytes` as they are)."""
         return InferResponse(model, version, request_id, outputs=[
-            TensorData(name, datatype, shape, memoryview(data))
+            TensorData(name, datatype, shape, data)
             for name, datatype, shape, data in self.outputs],
             parameters=dict(self.parameters))
 
