@@ -256,3 +256,16 @@ def test_an_ensemble_caches_its_responses_at_its_top_level(repo):
         # As Triton: an ensemble has no per-model cache metrics
         assert 'nv_cache_num_hits_per_model{model="ens"' not in \
             urllib.request.urlopen(server.metrics_url).read().decode()
+
+
+def test_a_reloaded_model_does_not_answer_with_what_its_previous_load_made(repo):
+    args = ["--cache-config", "local,size=65536", "--model-control-mode", "explicit",
+            "--load-model", "cached"]
+    with running_server(repo, args=args) as server:
+        http = server.http_client()
+        a = np.ones(4, dtype=np.float32)
+        assert [_http_infer(http, "cached", a)[1] for _ in range(2)] == [1, 1]
+        model_py = repo / "cached" / "1" / "model.py"
+        model_py.write_text(model_py.read_text().replace("self.runs = 0", "self.runs = 100"))
+        http.load_model("cached")
+        assert [_http_infer(http, "cached", a)[1] for _ in range(2)] == [101, 101]

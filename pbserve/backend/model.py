@@ -29,7 +29,7 @@ from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.observability.tracing import TRACER, Trace
 from pbserve.backend.validation import RequestValidator
 from pbserve.backend.instances.warmup import warm_up, warmup_samples
-from pbserve.backend.cache.cached_infer import infer_cached
+from pbserve.backend.cache.cached_infer import infer_cached, new_load
 from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.instances.block_refs import BlockRefs
@@ -80,6 +80,7 @@ class Model:
         self._outage = Outage(name, restart_wait_s, self._fail_queued)
         self._server_cache = cache
         self._cache: ResponseCache | None = None  # the server's, if the config enables it
+        self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
     @property
     def model_path(self) -> Path:
@@ -315,7 +316,8 @@ class Model:
         self._validator.validate(request)  # a bad request fails as it would uncached
         requested = tuple(request.requested_outputs or self._output_names)
         response = await infer_cached(cache, self.stats, self.name, self.version, request,
-                                      requested, lambda: self._infer(request, None))
+                                      requested, lambda: self._infer(request, None),
+                                      self._cache_load)
         if self._on_request_done is not None:  # a hit, too, keeps the loop turning a while
             self._on_request_done()
         return response

@@ -1,7 +1,7 @@
 """The response cache (Triton's `local` cache): responses kept by a hash of their
 request, least recently used out first when the next one does not fit.
 
-The key is a SHA-256 over the model's name and version, the outputs asked for and each
+The key is a SHA-256 over the model's name and version (and load), the outputs asked for and each
 input (sorted by name: name, datatype, shape, bytes). Triton hashes the name, version and
 each input's name and bytes; pbserve also tells apart shapes, datatypes and requested
 outputs, which Triton's documentation says a request is made of. Request parameters are

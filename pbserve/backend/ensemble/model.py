@@ -17,7 +17,7 @@ from typing import AsyncIterator, Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.cache.cached_infer import infer_cached
+from pbserve.backend.cache.cached_infer import infer_cached, new_load
 from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.backend.ensemble.scheduler import EnsembleRun, StepError, StepModel, Value
 from pbserve.backend.ensemble.steps import ensemble_graph
@@ -59,6 +59,7 @@ class EnsembleModel:
         self._unneeded: dict[tuple[str, ...], frozenset[int]] = {}  # by outputs asked for
         # Triton caches an ensemble's responses at its top level (not per step)
         self._cache = cache if cfg.response_cache.enable else None
+        self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
     # -- lifecycle --------------------------------------------------------------------
     async def load(self, auto_complete: bool = True) -> None:
@@ -122,7 +123,8 @@ class EnsembleModel:
             self._validator.validate(request)
             requested = tuple(request.requested_outputs or self._output_names)
             return await infer_cached(self._cache, self.stats, self.name, self.version,
-                                      request, requested, lambda: self._infer(request, None))
+                                      request, requested, lambda: self._infer(request, None),
+                                      self._cache_load)
         return await self._infer(request, descs)
 
     async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
