@@ -146,7 +146,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="perf_analyzer's window")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rows", default="", help="only the rows whose name has this "
+                    "(e.g. '64 B')")
     args = ap.parse_args()
+    rows = {row: spec for row, spec in ROWS.items() if args.rows in row}
     env = anchor_env()
     if env is None:
         raise SystemExit("perf_analyzer / tritonserver not found: bash "
@@ -158,7 +161,7 @@ def main() -> None:
         (repo / "cached" / "1" / "model.py").write_text(MODEL)
         (repo / "cached" / "config.pbtxt").write_text(CONFIG)
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
-        for row, (elements, distinct, cache_bytes) in ROWS.items():
+        for row, (elements, distinct, cache_bytes) in rows.items():
             data = work / f"{elements}-{distinct}.json"
             input_data(data, elements, distinct)
             for _ in range(args.rounds):
@@ -176,15 +179,18 @@ def main() -> None:
               f"{args.rounds} rounds (medians)")
         print(f"{'row':<12} {'pbserve inf/s':>14} {'p50 us':>8} {'Triton inf/s':>13} "
               f"{'p50 us':>8} {'pbserve/Triton':>15}")
-        for row in ROWS:
+        for row in rows:
             ours, theirs = figures[(row, "pbserve")], figures[(row, "triton")]
             ratio = float(np.median([a[0] / b[0] for a, b in zip(ours, theirs)]))
             print(f"{row:<12} {np.median([f[0] for f in ours]):>14.0f} "
                   f"{np.median([f[1] for f in ours]):>8.0f} "
                   f"{np.median([f[0] for f in theirs]):>13.0f} "
                   f"{np.median([f[1] for f in theirs]):>8.0f} {ratio:>14.2f}x")
-        for size in ("64 B", "1 MiB"):
+        for size in sorted({row.rsplit(" ", 1)[0] for row in rows}):
             for name in ("pbserve", "triton"):
+                if (f"{size} hit", name) not in figures or (f"{size} miss", name) not in \
+                        figures:
+                    continue
                 hit = np.median([f[0] for f in figures[(f"{size} hit", name)]])
                 miss = np.median([f[0] for f in figures[(f"{size} miss", name)]])
                 print(f"{size} {name}: hit / miss throughput {hit / miss:.2f}x")

@@ -388,8 +388,10 @@ class Model:
         """A frontend is decoding a request for this model (a hint, nothing is queued):
         the instance that will take it may get ready (Scheduler.expect_request). Only
         when none of the model's requests is in flight: under load the instances are
-        kept busy anyway, and an early wake-up would only take CPU from the others."""
-        if self.scheduler is not None and not self.stats.pending:
+        kept busy anyway, and an early wake-up would only take CPU from the others. Not
+        for a model whose requests may be answered by the response cache: a hit would
+        have woken its stub for nothing."""
+        if self.scheduler is not None and not self.stats.pending and self._cache is None:
             self.scheduler.expect_request()
 
     def cancel(self, pending: PendingRequest) -> None:
