@@ -108,7 +108,10 @@ def _drive(http_url: str, grpc_url: str) -> dict[str, dict]:
             finals += 1
     grpc.stop_stream()
     stats = http.get_inference_statistics()["model_stats"]
-    return {entry["name"]: entry for entry in stats}
+    by_name = {entry["name"]: entry for entry in stats}
+    # the same over gRPC (ModelStatisticsResponse), as tritonclient reads it
+    by_name["grpc:stream"] = grpc.get_inference_statistics("stream", as_json=True)
+    return by_name
 
 
 def _counts(entry: dict) -> dict:
@@ -163,6 +166,9 @@ def test_a_decoupled_model_has_statistics_per_response_index(pbserve_stats):
     last = responses["3"]
     assert last["empty_response"]["count"] == 2 and last["compute_output"]["count"] == 0
     assert last["cancel"] == {"count": 0, "ns": 0}
+    [over_grpc] = pbserve_stats["grpc:stream"]["model_stats"]
+    assert sorted(over_grpc["response_stats"]) == ["0", "1", "2", "3"]
+    assert over_grpc["response_stats"]["2"]["fail"]["count"] == "2"  # int64 as JSON
 
 
 @pytest.mark.skipif(not (TRITON_DIST / "bin" / "tritonserver").exists()
