@@ -200,3 +200,56 @@ def test_the_counts_are_the_real_triton_ones(repo, pbserve_stats, tmp_path):
         assert _counts(pbserve_stats[name]) == _counts(triton[name]), name
         # Triton's Python backend reports no response statistics; pbserve does.
         assert triton[name]["response_stats"] == {}
+
+
+UNTIL_CANCELLED = '''
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            sender = request.get_response_sender()
+            for _ in range(500):
+                if request.is_cancelled():
+                    break
+                sender.send(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("OUTPUT0", x)]))
+                time.sleep(0.01)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+
+def test_responses_after_a_cancellation_count_as_cancelled(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "until_cancelled" / "1").mkdir(parents=True)
+    (repo / "until_cancelled" / "1" / "model.py").write_text(UNTIL_CANCELLED)
+    (repo / "until_cancelled" / "config.pbtxt").write_text(
+        'name: "until_cancelled"\nbackend: "python"\nmax_batch_size: 0\n'
+        + IO.format(extra="model_transaction_policy { decoupled: true }"))
+    with running_server(repo) as server:
+        grpc = server.grpc_client()
+        got: queue.Queue = queue.Queue()
+        grpc.start_stream(callback=lambda result, error: got.put((result, error)))
+        tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.zeros(4, dtype=np.float32))
+        grpc.async_stream_infer("until_cancelled", [tensor])
+        for _ in range(3):
+            got.get(timeout=30)
+        grpc.stop_stream(cancel_requests=True)
+        deadline = time.monotonic() + 30
+        while True:
+            [entry] = server.http_client().get_inference_statistics(
+                "until_cancelled")["model_stats"]
+            cancelled = sum(r["cancel"]["count"] for r in entry["response_stats"].values())
+            if cancelled or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        responses = entry["response_stats"]
+        assert cancelled >= 1  # at least the final one, sent after the cancellation
+        assert all(responses[str(i)]["success"]["count"] == 1 for i in range(3))
+        assert entry["inference_stats"]["fail"]["count"] == 1  # a cancelled request
