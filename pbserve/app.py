@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pbserve.backend.api import InferenceCore
+from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.observability.tracing import TRACER
@@ -45,6 +46,7 @@ class DerivedSettings:
     http_restricted: dict
     grpc_restricted: dict
     auto_complete: bool
+    cache_size: int | None = None  # the response cache's bytes (None: no cache)
 
 
 # After `serve` has stopped everything it started, tasks some library left behind are
@@ -106,6 +108,9 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings,
                            refresh=repositories.refresh if repositories is not None
                            and repositories.has_cloud else None)
     manager.strict_readiness = args.strict_readiness
+    if settings.cache_size:
+        manager.response_cache = ResponseCache(settings.cache_size)
+        log.info("Response cache: 'local', %d bytes", settings.cache_size)
     manager.load_thread_count = args.model_load_thread_count
     return manager
 

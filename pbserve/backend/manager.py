@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from pbserve import __version__
+from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.backend.observability import metrics
 from pbserve.backend.model import Model
 from pbserve.backend.config.config_checks import ENSEMBLE_PLATFORM, validate_io_config
@@ -90,6 +91,7 @@ class ModelManager:
     # --model-load-thread-count (start-up loads at once); set before start()
     strict_readiness = True
     load_thread_count = 4
+    response_cache: ResponseCache | None = None  # --cache-config's; set before start()
 
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
@@ -274,7 +276,9 @@ class ModelManager:
         return [m.stats for e in self._entries.values() for m in e.versions.values()]
 
     def metrics_text(self) -> str:
-        return metrics.render(self.model_counters()) + self._calls.custom_metrics.render()
+        cache = self.response_cache.metrics_text() if self.response_cache else ""
+        return metrics.render(self.model_counters()) + cache + \
+            self._calls.custom_metrics.render()
 
     # -- InferenceCore: inference ------------------------------------------------------
     def input_placer(self) -> InputPlacer | None:
@@ -431,7 +435,8 @@ class ModelManager:
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
                           self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep,
-                          on_request_done=self._linger.after_request)
+                          on_request_done=self._linger.after_request,
+                          cache=self.response_cache)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:
@@ -470,7 +475,7 @@ class ModelManager:
         loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
             ensemble = EnsembleModel(name, version, model_dir, cfg, self._step_model,
-                                     self._refs)
+                                     self._refs, self.response_cache)
             await ensemble.load()
             loaded[ensemble.version] = ensemble
         return loaded

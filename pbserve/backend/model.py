@@ -17,6 +17,7 @@ from pbserve.backend.instances.instance import (
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
+from pbserve.backend.observability.response_stats import CANCEL, EMPTY, FAIL, SUCCESS
 from pbserve.backend.config.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
 from pbserve.backend.instances.outage import RESTART_WAIT_S, Outage
@@ -28,6 +29,8 @@ from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.observability.tracing import TRACER, Trace
 from pbserve.backend.validation import RequestValidator
 from pbserve.backend.instances.warmup import warm_up, warmup_samples
+from pbserve.backend.cache.cached_infer import infer_cached, new_load
+from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.instances.shm_upkeep import (
@@ -54,7 +57,9 @@ class Model:
                  running: RunningInstances | None = None,
                  restart_wait_s: float = RESTART_WAIT_S,
                  upkeep: ShmUpkeep | None = None,
-                 on_request_done: Callable[[], None] | None = None) -> None:
+                 on_request_done: Callable[[], None] | None = None,
+                 cache: ResponseCache | None = None) -> None:
+        """`cache`: the server's response cache, used when the config enables it."""
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -73,6 +78,9 @@ class Model:
         self.scheduler: Scheduler | SequenceBatcher | None = None
         self.instances: list[ModelInstance] = []
         self._outage = Outage(name, restart_wait_s, self._fail_queued)
+        self._server_cache = cache
+        self._cache: ResponseCache | None = None  # the server's, if the config enables it
+        self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
     @property
     def model_path(self) -> Path:
@@ -128,6 +136,7 @@ class Model:
                 return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
             self.stats = ModelStats(self.name, self.version)  # warmup is not counted
+            self.stats.cache_enabled = self._cache is not None
         if errors:
             await self.unload()
             raise errors[0]
@@ -176,6 +185,9 @@ class Model:
         self.decoupled = is_decoupled(cfg)
         self._validator = RequestValidator(cfg)
         self._output_names = tuple(o.name for o in cfg.output)
+        # (decoupled and sequence-batched models cannot enable it: config_checks.py)
+        self._cache = self._server_cache if cfg.response_cache.enable else None
+        self.stats.cache_enabled = self._cache is not None
         self.scheduler = self._new_scheduler(cfg)
         self.scheduler.instances = self.instances
         config_json = config_to_json(cfg)
@@ -231,13 +243,28 @@ class Model:
         if batch and batch[0].exec_start_ns:
             # The batch that ran: its requests' batch dimensions added up, as Triton.
             size = sum([max(pending.batch_size, 1) for pending in batch])
-            figures = stats.batches.setdefault(size, [0, 0])
+            figures = stats.batches.setdefault(size, [0, 0, 0, 0])
             figures[0] += 1
             figures[1] += now - batch[0].exec_start_ns
-        for pending in batch:
+            figures[2] += sum([pending.input_ns for pending in batch])
+            figures[3] += sum([pending.output_ns for pending in batch])
+        for pending in batch:  # added to the model's figures if it succeeds (_completed)
             if pending.exec_start_ns:
-                stats.executed += 1
-                stats.compute_infer_us += (now - pending.exec_start_ns) // 1000
+                pending.compute_ns = now - pending.exec_start_ns
+
+    def responded(self, pending: PendingRequest, error: bool, empty: bool,
+                  arrived_ns: int) -> None:
+        """A decoupled model's response: its response statistics by index."""
+        if not self.decoupled:
+            return
+        now = time.monotonic_ns()
+        outcome = CANCEL if pending.cancelled else FAIL if error else EMPTY if empty \
+            else SUCCESS
+        since = pending.last_response_ns or pending.exec_start_ns or arrived_ns
+        self.stats.responses.add(pending.responses, outcome, max(arrived_ns - since, 0),
+                                 now - arrived_ns)
+        pending.responses += 1
+        pending.last_response_ns = now
 
     def _fail_queued(self, error: ServerError) -> None:
         """The outage lasted too long: what is queued gets `error`."""
@@ -279,6 +306,23 @@ class Model:
     async def infer(self, request: InferRequest, descs: tuple | None = None) -> InferResponse:
         if self.decoupled:
             raise unary_on_decoupled(self.name, request.id)
+        if self._cache is not None and descs is None and not request.uses_shm:
+            return await self._infer_cached(self._cache, request)
+        return await self._infer(request, descs)
+
+    async def _infer_cached(self, cache: ResponseCache, request: InferRequest
+                            ) -> InferResponse:
+        """Answered from the response cache, or run and its response kept."""
+        self._validator.validate(request)  # a bad request fails as it would uncached
+        requested = tuple(request.requested_outputs or self._output_names)
+        response = await infer_cached(cache, self.stats, self.name, self.version, request,
+                                      requested, lambda: self._infer(request, None),
+                                      self._cache_load)
+        if self._on_request_done is not None:  # a hit, too, keeps the loop turning a while
+            self._on_request_done()
+        return response
+
+    async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
         trace = self._trace(request)
         pending = self._submit(request, streaming=False, descs=descs) if trace is None \
             else self._traced_submit(trace, request, False, descs)
@@ -306,12 +350,14 @@ class Model:
         if on_submit is not None:
             on_submit(pending)
         assert pending.stream is not None
-        failed = False
+        errors = 0
         try:
             while True:
                 response = await pending.stream.get()
-                failed = failed or response.error is not None
+                errors += response.error is not None
                 if response.final:
+                    # As Triton: the model's own error responses do not fail the request
+                    failed = errors > pending.model_errors
                     if trace is not None:
                         trace.finish(pending.arrival_ns, pending.exec_start_ns,
                                      time.monotonic_ns())
@@ -351,8 +397,10 @@ class Model:
         """A frontend is decoding a request for this model (a hint, nothing is queued):
         the instance that will take it may get ready (Scheduler.expect_request). Only
         when none of the model's requests is in flight: under load the instances are
-        kept busy anyway, and an early wake-up would only take CPU from the others."""
-        if self.scheduler is not None and not self.stats.pending:
+        kept busy anyway, and an early wake-up would only take CPU from the others. Not
+        for a model whose requests may be answered by the response cache: a hit would
+        have woken its stub for nothing."""
+        if self.scheduler is not None and not self.stats.pending and self._cache is None:
             self.scheduler.expect_request()
 
     def cancel(self, pending: PendingRequest) -> None:
@@ -393,6 +441,7 @@ class Model:
         if request.output_shm:
             output_shm = self._output_shm(request)
         staged = True
+        input_ns = 0
         if descs is None:
             # A request an idle instance takes at once is copied now, as always; one that
             # will wait (or that /dev/shm cannot take now) is copied when dispatched.
@@ -401,7 +450,9 @@ class Model:
                 staged = False
             else:
                 try:
+                    copying = time.monotonic_ns()
                     descs, blocks = self._copy_inputs(request, batch_size)
+                    input_ns = time.monotonic_ns() - copying
                 except ShmExhausted:
                     if not self._stages:
                         raise
@@ -432,6 +483,7 @@ class Model:
                             output_shm=output_shm, trace=trace)
         pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
                                  self._free_blocks, streaming)
+        pending.input_ns = input_ns
         if not staged:
             pending.unstaged = msg
         # The request's client regions are held until it completes (shared_memory.py).
@@ -519,10 +571,12 @@ class Model:
         (it waits, and is tried again) or the request can never fit (it failed)."""
         msg = pending.unstaged
         assert msg is not None
+        copying = time.monotonic_ns()
         try:
             descs, blocks = self._copy_inputs(pending.request, pending.batch_size)
         except ShmExhausted:
             return self._shm_short(pending)
+        pending.input_ns = time.monotonic_ns() - copying
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
         pending.inputs = p.with_inputs(msg, descs, lendable)
@@ -566,17 +620,25 @@ class Model:
         """A request's final response: its statistics, then `on_request_done`."""
         stats = self.stats
         stats.pending -= 1
-        if pending.exec_start_ns:
-            stats.queue_us += (pending.exec_start_ns - pending.arrival_ns) // 1000
         took_us = (time.monotonic_ns() - pending.arrival_ns) // 1000
         stats.request_us += took_us
         stats.last_inference_ms = int(time.time() * 1000)
-        if response.error is None:
+        # As Triton's Python backend: a request the model answered with an error response
+        # (InferenceResponse(error=...)) succeeded; one whose execute raised failed.
+        if response.error is None or pending.model_errors:
             stats.success += 1
             stats.success_us += took_us
             stats.inference_count += max(pending.batch_size, 1)  # no batching: 1 each
+            # As Triton, only successes add to the queue and compute figures.
+            if pending.exec_start_ns:
+                stats.queue_us += (pending.exec_start_ns - pending.arrival_ns) // 1000
+                compute_ns = pending.compute_ns or time.monotonic_ns() - pending.exec_start_ns
+                stats.compute_infer_us += compute_ns // 1000
+            stats.compute_input_ns += pending.input_ns
+            stats.compute_output_ns += pending.output_ns
         else:
             stats.failures[_failure_reason(pending, response.error)] += 1
+            stats.failure_us += took_us
         if self._on_request_done is not None:
             self._on_request_done()
 
@@ -607,6 +669,6 @@ def _failure_reason(pending: PendingRequest, error: ServerError) -> str:
 
 
 def _failed(response: InferResponse) -> InferResponse:
-    """A stand-in that counts a stream with an error response as failed."""
+    """A stand-in that counts a stream with an error response not the model's as failed."""
     return InferResponse(response.model_name, response.model_version, response.id,
                          error=ServerError(ErrorCode.INTERNAL, "stream had an error"))

@@ -32,7 +32,9 @@ class PendingRequest:
     __slots__ = ("key", "request", "inputs", "unstaged", "shm_wait_since", "blocks",
                  "batch_size", "future", "stream", "arrival_s", "arrival_ns",
                  "queue_deadline", "exec_start_ns", "_free_blocks", "done",
-                 "cancelled", "instance", "on_complete", "order", "order_seq")
+                 "cancelled", "instance", "on_complete", "order", "order_seq",
+                 "input_ns", "compute_ns", "output_ns", "responses", "last_response_ns",
+                 "model_errors")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
                  batch_size: int, free_blocks: Callable[[list[Block]], None],
@@ -51,6 +53,14 @@ class PendingRequest:
         self.arrival_ns = time.monotonic_ns()
         self.queue_deadline = 0.0  # loop time its queue-policy timeout ends (0: none)
         self.exec_start_ns = 0
+        # its statistics (Triton's compute_input / compute_infer / compute_output, ns):
+        # the input copy into shm, the execution, making its responses of the stub's
+        self.input_ns = 0
+        self.compute_ns = 0
+        self.output_ns = 0
+        self.responses = 0  # how many it got (a decoupled model's response_stats)
+        self.last_response_ns = 0
+        self.model_errors = 0  # error responses the model made (not an exception's)
         self._free_blocks = free_blocks
         self.done = False
         self.cancelled = False

@@ -1,7 +1,7 @@
 """tritonserver flags pbserve accepts and ignores: each one given is named in a warning.
 
 They configure what only the C++ server has (its memory pools,
-rate limiter, response cache, SageMaker and Vertex AI frontends, GPU metrics, ...).
+rate limiter, SageMaker and Vertex AI frontends, GPU metrics, ...).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ IGNORED = (
     "vertex-ai-thread-count", "vertex-ai-default-model", "allow-gpu-metrics",
     "allow-cpu-metrics", "metrics-interval-ms", "cache-directory", "rate-limit",
     "pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "cuda-virtual-address-size",
-    "buffer-manager-thread-count", "repoagent-directory", "response-cache-byte-size",
+    "buffer-manager-thread-count", "repoagent-directory",
 )
-IGNORED_REPEATABLE = ("metrics-config", "cache-config", "rate-limit-resource", "host-policy",
+IGNORED_REPEATABLE = ("metrics-config", "rate-limit-resource", "host-policy",
                       "model-load-gpu-limit")
 # The --backend-config settings pbserve reads (config_sources.py)
 USED_BACKEND_CONFIG = {("python", "default-max-batch-size"), ("python", "shm-default-byte-size"),

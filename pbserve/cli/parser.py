@@ -150,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit when a model fails to load at start-up (tritonserver's default)")
     add("--model-load-thread-count", type=int, default=4,
         help="models loaded at once at start-up")
+    add("--cache-config", action="append", default=None, metavar="<cache>,<key>=<value>",
+        help="the response cache: local,size=<bytes> (models enable it with "
+             "response_cache { enable: true })")
+    add("--response-cache-byte-size", default=None, metavar="BYTES",
+        help="deprecated: --cache-config local,size=BYTES")
     add_trace_flags(parser)
     add_ignored_flags(parser)
     return parser

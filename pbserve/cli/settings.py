@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from pbserve.app import DerivedSettings
+from pbserve.backend.cache.cache_config import cache_size
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.restrictions import GRPC_KEY_PREFIX
@@ -71,7 +72,17 @@ def derived_settings(args: argparse.Namespace) -> DerivedSettings:
     http_restricted, grpc_restricted = restricted(args)
     return DerivedSettings(limits=limits, http_tls=http_tls, grpc_tls=grpc_tls,
                            http_restricted=http_restricted, grpc_restricted=grpc_restricted,
-                           auto_complete=auto_complete(args))
+                           auto_complete=auto_complete(args),
+                           cache_size=response_cache_size(args))
+
+
+def response_cache_size(args: argparse.Namespace) -> int | None:
+    """The response cache's size (--cache-config, --response-cache-byte-size), None for
+    no cache; SystemExit naming what is wrong."""
+    try:
+        return cache_size(args.cache_config, args.response_cache_byte_size)
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
 
 
 def check_request_plane_options(args: argparse.Namespace) -> str:

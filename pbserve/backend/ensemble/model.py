@@ -17,6 +17,8 @@ from typing import AsyncIterator, Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pbserve.backend.cache.cached_infer import infer_cached, new_load
+from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.backend.ensemble.scheduler import EnsembleRun, StepError, StepModel, Value
 from pbserve.backend.ensemble.steps import ensemble_graph
 from pbserve.backend.ensemble.validation import validate_ensemble
@@ -37,9 +39,11 @@ class EnsembleModel:
     instances: tuple = ()  # an ensemble runs in no stub of its own
 
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
-                 find_model: FindModel, refs: BlockRefs) -> None:
+                 find_model: FindModel, refs: BlockRefs,
+                 cache: ResponseCache | None = None) -> None:
         """`find_model(name, version)`: a loaded composing model (NOT_FOUND if none);
-        `refs`: the parent's pool, which the ensemble's inputs are copied into once."""
+        `refs`: the parent's pool, which the ensemble's inputs are copied into once;
+        `cache`: the server's response cache, used when the config enables it."""
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -53,6 +57,9 @@ class EnsembleModel:
         self._output_names = [o.name for o in cfg.output]
         self._runs: set[asyncio.Task] = set()
         self._unneeded: dict[tuple[str, ...], frozenset[int]] = {}  # by outputs asked for
+        # Triton caches an ensemble's responses at its top level (not per step)
+        self._cache = cache if cfg.response_cache.enable else None
+        self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
     # -- lifecycle --------------------------------------------------------------------
     async def load(self, auto_complete: bool = True) -> None:
@@ -112,6 +119,15 @@ class EnsembleModel:
     async def infer(self, request: InferRequest, descs: tuple | None = None) -> InferResponse:
         if self.decoupled:
             raise unary_on_decoupled(self.name, request.id)
+        if self._cache is not None and descs is None and not request.uses_shm:
+            self._validator.validate(request)
+            requested = tuple(request.requested_outputs or self._output_names)
+            return await infer_cached(self._cache, self.stats, self.name, self.version,
+                                      request, requested, lambda: self._infer(request, None),
+                                      self._cache_load)
+        return await self._infer(request, descs)
+
+    async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
         responses: list[InferResponse] = []
         error = await self._run(request, descs, responses.append)
         if error is not None:
@@ -223,13 +239,13 @@ class EnsembleModel:
             stats.success_us += took_us
             stats.inference_count += max(batch, 1)
             stats.exec_count += 1
-            stats.executed += 1
             stats.compute_infer_us += run.step_ns // 1000
-            figures = stats.batches.setdefault(max(batch, 1), [0, 0])
+            figures = stats.batches.setdefault(max(batch, 1), [0, 0, 0, 0])
             figures[0] += 1
             figures[1] += run.step_ns
         else:
             stats.failures[metrics.BACKEND] += 1
+            stats.failure_us += took_us
         return error
 
     def _inputs(self, request: InferRequest, descs: tuple | None, blocks: list

@@ -46,3 +46,9 @@ class InstanceEvents(Protocol):
     def instance_up(self, instance: ModelInstance) -> None:
         """A restarted stub of `instance` is READY. On the event loop, before
         `instance_idle`."""
+
+    def responded(self, pending: PendingRequest, error: bool, empty: bool,
+                  arrived_ns: int) -> None:
+        """A response of `pending` was made of the stub's message that arrived at
+        `arrived_ns` (a decoupled model's, for its response statistics). On the event
+        loop, just after the response was delivered."""

@@ -336,7 +336,11 @@ class ModelInstance:
             pending = self._inflight.get(key)
             if pending is not None and msg is not None:
                 del self._inflight[key]
-                pending.deliver(self._outputs.response(pending, msg, True))
+                started = time.monotonic_ns()
+                response = self._outputs.response(pending, msg, True)
+                pending.output_ns += time.monotonic_ns() - started
+                pending.model_errors += response.error is not None
+                pending.deliver(response)
         self._on_batch_end(batch_id, error, rescheduled)
 
     def _on_send(self, message: tuple) -> None:
@@ -347,11 +351,17 @@ class ModelInstance:
             if msg is not None:
                 self._outputs.release(msg[p.RESP_OUTPUTS], self._supervisor.stub)
             return
+        started = time.monotonic_ns()
         if msg is None:
-            pending.deliver(InferResponse(self.model_name, self.model_version,
-                                          pending.request.id, final=final))
+            response = InferResponse(self.model_name, self.model_version,
+                                     pending.request.id, final=final)
         else:
-            pending.deliver(self._outputs.response(pending, msg, final))
+            response = self._outputs.response(pending, msg, final)
+            pending.model_errors += response.error is not None
+        pending.output_ns += time.monotonic_ns() - started
+        pending.deliver(response)
+        self._events.responded(pending, response.error is not None, not response.outputs,
+                               started)
 
     def _on_batch_done(self, message: tuple) -> None:
         _, batch_id, error, rescheduled = message
