@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +24,12 @@ from pbserve.server.grpc.h2.call import (
     Compressed,
     Deframer,
     TooLarge,
+    parse_timeout,
     prefix,
     request_stream,
     status_trailers,
 )
+from pbserve.server.grpc.h2.guard import ENHANCE_YOUR_CALM, Guard
 from pbserve.server.grpc.h2.window import window_frames
 from pbserve.server.grpc.wire import ResponseParts
 
@@ -51,13 +54,14 @@ _REFUSED = "the server is shutting down: it takes no new calls"
 _FAILED = object()  # a call's work ended it with an error status
 _WINDOW_FRAMES = window_frames()
 _PIECE = 1 << 20  # a response's buffer larger than this goes out in pieces of this size
+_DEADLINE = "Deadline Exceeded"  # grpc-core's words for a call past its grpc-timeout
 
 
 class _Call:
     """One stream's call."""
 
     __slots__ = ("stream_id", "handler", "deframer", "messages", "queue", "task", "context",
-                 "started", "done", "half_closed")
+                 "started", "done", "half_closed", "units", "read_at", "deadline")
 
     def __init__(self, stream_id: int, handler: Any, limit: int, encoding: str) -> None:
         self.stream_id = stream_id
@@ -70,6 +74,9 @@ class _Call:
         self.started = False  # response headers sent
         self.done = False  # answered, failed or reset: nothing more is sent
         self.half_closed = False  # the client has sent all it will
+        self.units = 0  # its requests counted as pending (read, not answered)
+        self.read_at = 0.0  # its last HEADERS or DATA
+        self.deadline: asyncio.TimerHandle | None = None  # its grpc-timeout
 
 
 def _close(stream: zttp.Stream, trailers: list[tuple[bytes, bytes]], started: bool,
@@ -97,6 +104,8 @@ class GrpcConnection(asyncio.Protocol):
         self._going_away = False
         self._shut = False  # half-closed: nothing more is written
         self._writable: asyncio.Event | None = None  # while the write buffer is full
+        self._guard = Guard(server.limits, time.monotonic())  # keeps the order of opening
+        self._reading_paused = False
         self.transport: asyncio.Transport | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -106,13 +115,19 @@ class GrpcConnection(asyncio.Protocol):
         self._conn.initiate_connection()
         # the server's SETTINGS, then the larger receive windows (window.py)
         transport.write(self._conn.data_to_send() + _WINDOW_FRAMES)
-        self._server.connections.add(self)
+        if not self._server.connections.admit(self):
+            self._refuse_connection()
+            return
         self._flush()  # if the server is stopping: GOAWAY and close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
+        self._server.pending.forget(self)
         for call in self._calls.values():
             call.done = True
+            call.units = 0
+            if call.deadline is not None:
+                call.deadline.cancel()
             if call.task is not None:
                 call.task.cancel()
         self._calls.clear()
@@ -123,12 +138,34 @@ class GrpcConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
 
     def resume_writing(self) -> None:
+        self._guard.waiting_since = None  # the client took some: the send clock restarts
         if self._writable is not None:
             self._writable.set()
             self._writable = None
 
+    # -- back-pressure (pending.py) ---------------------------------------------------
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None \
+                and not self.transport.is_closing():
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _request_done(self, call: _Call) -> None:
+        """A streaming call's servicer answered one of its requests."""
+        if call.units:
+            call.units -= 1
+            self._server.pending.give(self)
+
     def data_received(self, data: bytes) -> None:
+        if self._shut:
+            return  # refused, or closing: nothing more is taken
         conn = self._conn
+        self._guard.read(data, self._server.connections.now)
         try:
             conn.receive_data(data)
             while True:
@@ -151,7 +188,15 @@ class GrpcConnection(asyncio.Protocol):
                 elif event is zttp.CONNECTION_CLOSED:
                     self.transport.close()
                     break
-                # Settings, Ping, WindowUpdate, GoAway: zttp acts on them itself
+                elif kind is zttp.Ping or kind is zttp.Settings:
+                    # zttp answers them; a client that reads none of the answers ends
+                    if self._guard.control_frame(self._writable is not None):
+                        self._calm(f"{type(event).__name__} flood: the client reads "
+                                   f"none of the answers")
+                        return
+                elif kind is zttp.WindowUpdate:
+                    self._guard.waiting_since = None  # credit: the send clock restarts
+                # GoAway: zttp acts on it itself
         except zttp.ProtocolError as exc:
             log.info("gRPC connection from %s closed: %s",
                      self.transport.get_extra_info("peername"), exc)
@@ -177,16 +222,25 @@ class GrpcConnection(asyncio.Protocol):
             return
         encoding = "identity"
         metadata = []
+        timeout = None
         for name, value in request.headers:
             if name == b"grpc-encoding":
                 encoding = value.decode("latin-1")
+            elif name == b"grpc-timeout":
+                timeout = parse_timeout(value)
             elif name not in _NOT_METADATA and not name.startswith(b":"):
                 metadata.append((name.decode("latin-1"), value.decode("latin-1")))
         call = self._calls[stream_id] = _Call(stream_id, handler, self._server.limit,
                                               encoding)
         call.context = CallContext(tuple(metadata),
                                    lambda message: self._send_message(call, message),
-                                   handler.response_serializer)
+                                   handler.response_serializer,
+                                   lambda: self._request_done(call))
+        call.read_at = self._server.connections.now
+        self._guard.idle_since = None
+        if timeout is not None:  # as grpc-core: the call ends when its deadline passes
+            call.deadline = asyncio.get_running_loop().call_later(
+                timeout, self._deadline_passed, call)
         if handler.stream_stream is not None:
             call.queue = asyncio.Queue()
             call.task = asyncio.ensure_future(self._run_streaming(call))
@@ -194,6 +248,7 @@ class GrpcConnection(asyncio.Protocol):
             self._on_end(call)
 
     def _on_data(self, call: _Call, data: bytes) -> None:
+        call.read_at = self._server.connections.now
         try:
             messages = call.deframer.feed(data)
         except TooLarge as exc:
@@ -205,9 +260,13 @@ class GrpcConnection(asyncio.Protocol):
         if call.queue is None:
             call.messages.extend(messages)
             return
+        if not messages:
+            return
         deserialize = call.handler.request_deserializer
         for message in messages:
             call.queue.put_nowait(deserialize(message) if deserialize else message)
+        call.units += len(messages)
+        self._server.pending.take(self, len(messages))
 
     def _on_end(self, call: _Call) -> None:
         call.half_closed = True
@@ -219,14 +278,25 @@ class GrpcConnection(asyncio.Protocol):
                          f"a unary call takes one request message ({len(call.messages)} "
                          f"received)")
             return
+        call.units = 1
+        self._server.pending.take(self)
         call.task = asyncio.ensure_future(self._run_unary(call, call.messages.pop()))
 
     def _on_reset(self, stream_id: int) -> None:
-        call = self._calls.pop(stream_id, None)
+        call = self._calls.get(stream_id)
         if call is not None:
-            call.done = True
+            self._forget(call)
             if call.task is not None:
                 call.task.cancel()  # the client cancelled (or its deadline passed)
+
+    def _deadline_passed(self, call: _Call) -> None:
+        """grpc-timeout: the call ends DEADLINE_EXCEEDED and its work is cancelled,
+        whether or not the client resets the stream."""
+        call.deadline = None
+        task = call.task
+        self._end(call, grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE)
+        if task is not None:
+            task.cancel()
 
     # -- calls ------------------------------------------------------------------------
     async def _run_unary(self, call: _Call, body: bytes) -> None:
@@ -339,7 +409,14 @@ class GrpcConnection(asyncio.Protocol):
 
     def _forget(self, call: _Call) -> None:
         call.done = True
-        self._calls.pop(call.stream_id, None)
+        if self._calls.pop(call.stream_id, None) is not None and not self._calls:
+            self._guard.idle_since = self._server.connections.now
+        if call.units:
+            self._server.pending.give(self, call.units)
+            call.units = 0
+        if call.deadline is not None:
+            call.deadline.cancel()
+            call.deadline = None
 
     def _data(self, stream: zttp.Stream, payload: bytes) -> None:
         """One whole message (a unary answer serialized at once, a stream's response)."""
@@ -356,8 +433,73 @@ class GrpcConnection(asyncio.Protocol):
         out = self._conn.data_to_send()
         if out:
             transport.write(out)
+        if self._writable is not None or self._conn.has_pending_send():
+            if self._guard.waiting_since is None:  # responses wait for the client
+                self._guard.waiting_since = self._server.connections.now
+        else:
+            self._guard.waiting_since = None
         if self._server.closing and not self._calls:
             self.close_idle()
+
+    # -- timeouts and the connection cap (called by the ConnectionSet) ------------------
+    @property
+    def idle_since(self) -> float | None:
+        """When its last call ended (None while calls run)."""
+        return None if self._shut else self._guard.idle_since
+
+    def expire(self, now: float) -> None:
+        """Close the connection, or end a call, that waited longer than GrpcLimits
+        allow: idle (a graceful GOAWAY), a header block or frame that stopped arriving, a
+        client that takes no response (GOAWAY ENHANCE_YOUR_CALM); a call whose request
+        message stopped arriving ends CANCELLED."""
+        transport = self.transport
+        if transport is None or self._shut or transport.is_closing():
+            return
+        reason = self._guard.expired(now)
+        if reason == "idle":
+            self.close_idle()
+            return
+        if reason:
+            self._calm(reason)
+            return
+        timeout = self._guard.limits.body_timeout_s
+        if not timeout:
+            return
+        for call in list(self._calls.values()):
+            reading = not call.half_closed and (call.queue is None
+                                                or call.deframer.in_message)
+            if reading and now - call.read_at > timeout:
+                self._refuse(call, grpc.StatusCode.CANCELLED,
+                             f"no request message data received for {timeout:g} s")
+
+    def _calm(self, reason: str) -> None:
+        """End the connection for abuse or a timeout: GOAWAY ENHANCE_YOUR_CALM, then
+        close; at once (the send buffer dropped) when the client reads nothing."""
+        transport = self.transport
+        log.info("gRPC connection from %s closed: %s", transport.get_extra_info("peername"),
+                 reason)
+        try:
+            self._conn.close(ENHANCE_YOUR_CALM)
+            transport.write(self._conn.data_to_send())
+        except zttp.ProtocolError:
+            pass
+        if self._writable is not None or self._guard.waiting_since is not None:
+            transport.abort()
+        else:
+            self.shut()
+
+    def _refuse_connection(self) -> None:
+        """Past the connection cap with no idle connection to close: GOAWAY
+        ENHANCE_YOUR_CALM (the client's calls fail UNAVAILABLE) and close."""
+        connections = self._server.connections
+        connections.errors.line(
+            logging.WARNING, "grpc-refused",
+            f"gRPC connection from {self.transport.get_extra_info('peername')} refused: "
+            f"the server holds as many connections as it accepts "
+            f"({connections.max_connections}, --grpc-max-connections)")
+        self._conn.close(ENHANCE_YOUR_CALM, 0)
+        self.transport.write(self._conn.data_to_send())
+        self.shut()
 
     # -- shutdown ---------------------------------------------------------------------
     def go_away(self) -> None:

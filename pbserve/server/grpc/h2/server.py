@@ -10,7 +10,10 @@ import asyncio
 from typing import Any
 
 from pbserve.server.grpc.h2.connection import SHUT_WAIT_S, GrpcConnection
+from pbserve.server.grpc.h2.limits import GrpcLimits
+from pbserve.server.grpc.h2.pending import PendingRequests
 from pbserve.server.grpc.handlers import SERVICE, method_handlers
+from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
@@ -37,12 +40,15 @@ def h2_handlers(servicer: Any, restricted: dict[str, Restriction] | None
 class H2GrpcServer:
     """A listening zttp gRPC server; `close()` stops it."""
 
-    def __init__(self, servicer: Any, handlers: dict[str, Any], limit: int) -> None:
+    def __init__(self, servicer: Any, handlers: dict[str, Any], limit: int,
+                 limits: GrpcLimits = GrpcLimits()) -> None:
         self._servicer = servicer
         # "/inference.GRPCInferenceService/ModelInfer" -> grpc.RpcMethodHandler
         self.handlers = handlers
         self.limit = limit  # the largest request message taken, in bytes
-        self.connections: set[GrpcConnection] = set()
+        self.limits = limits  # timeouts, caps (limits.py)
+        self.connections = ConnectionSet(limits)  # the cap, and the timeouts' sweeper
+        self.pending = PendingRequests(limits.max_pending_per_connection, limits.max_pending)
         self.closing = False
         self._listener: asyncio.AbstractServer | None = None
         self.port = 0
@@ -52,9 +58,13 @@ class H2GrpcServer:
         if tls is not None:
             context = tls.ssl_context()
             context.set_alpn_protocols(["h2"])
+        options: dict[str, Any] = {}
+        if tls is not None and self.limits.header_timeout_s:  # a handshake is a head's
+            options["ssl_handshake_timeout"] = self.limits.header_timeout_s
         loop = asyncio.get_running_loop()
         self._listener = await loop.create_server(lambda: GrpcConnection(self), host, port,
-                                                  ssl=context)
+                                                  ssl=context, **options)
+        self.connections.start()
         sockets = self._listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else port
 
@@ -63,6 +73,7 @@ class H2GrpcServer:
         open streams read no more requests. Each connection is closed (GOAWAY, then a
         half-close) as soon as no call runs on it."""
         self.closing = True
+        self.connections.stop()
         if self._listener is not None:
             self._listener.close()
         if self._servicer is not None:
