@@ -29,7 +29,6 @@ from h2_raw import (
     headers,
     identity_request,
     rss_kib,
-    status_of,
 )
 from pbserve.testing import running_server
 

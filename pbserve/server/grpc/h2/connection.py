@@ -439,7 +439,7 @@ class GrpcConnection(asyncio.Protocol):
         else:
             self._guard.waiting_since = None
         if self._server.closing and not self._calls:
-            self.close_idle()
+            self.close_idle(at_once=False)
 
     # -- timeouts and the connection cap (called by the ConnectionSet) ------------------
     @property
@@ -499,7 +499,8 @@ class GrpcConnection(asyncio.Protocol):
             f"({connections.max_connections}, --grpc-max-connections)")
         self._conn.close(ENHANCE_YOUR_CALM, 0)
         self.transport.write(self._conn.data_to_send())
-        self.shut()
+        self._shut = True
+        self.transport.close()  # at once: its descriptor is what the cap keeps free
 
     # -- shutdown ---------------------------------------------------------------------
     def go_away(self) -> None:
@@ -509,10 +510,13 @@ class GrpcConnection(asyncio.Protocol):
             self._conn.close(0, _LAST_STREAM)
             self._flush()
 
-    def close_idle(self) -> None:
+    def close_idle(self, at_once: bool = True) -> None:
         """The server stops: once no call runs here, GOAWAY (naming the last stream
         taken) and close. Until then the calls finish undisturbed: a GOAWAY while a
-        stream still has its trailers to come made grpc's client lose them now and then."""
+        stream still has its trailers to come made grpc's client lose them now and then.
+        `at_once` (an idle connection past its timeout, or making room under the cap):
+        closed after the GOAWAY is written, so that its descriptor is free at once;
+        otherwise (the server stops) half-closed first (`shut`)."""
         if self._calls or self.transport is None or self._shut \
                 or self.transport.is_closing():
             return
@@ -524,7 +528,11 @@ class GrpcConnection(asyncio.Protocol):
         out = self._conn.data_to_send()
         if out:
             self.transport.write(out)
-        self.shut()
+        if at_once:
+            self._shut = True
+            self.transport.close()
+        else:
+            self.shut()
 
     def shut(self) -> None:
         """Close after what was written: half-close (FIN) and let the client close its

@@ -7,12 +7,14 @@ thread. Why it exists and what it gives: docs/performance.md ("gRPC transport").
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from pbserve.server.grpc.h2.connection import SHUT_WAIT_S, GrpcConnection
 from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.grpc.h2.pending import PendingRequests
 from pbserve.server.grpc.handlers import SERVICE, method_handlers
+from pbserve.server.error_log import ErrorLog
 from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
@@ -48,6 +50,7 @@ class H2GrpcServer:
         self.limit = limit  # the largest request message taken, in bytes
         self.limits = limits  # timeouts, caps (limits.py)
         self.connections = ConnectionSet(limits)  # the cap, and the timeouts' sweeper
+        self.connections.errors = ErrorLog(logging.getLogger("pbserve.grpc"))
         self.pending = PendingRequests(limits.max_pending_per_connection, limits.max_pending)
         self.closing = False
         self._listener: asyncio.AbstractServer | None = None
@@ -79,7 +82,7 @@ class H2GrpcServer:
         if self._servicer is not None:
             self._servicer.stop_streams()
         for connection in list(self.connections):
-            connection.close_idle()
+            connection.close_idle(at_once=False)
         tasks = [task for connection in self.connections for task in connection.tasks]
         if tasks:
             _, left = await asyncio.wait(tasks, timeout=grace)
@@ -88,7 +91,7 @@ class H2GrpcServer:
             if left:
                 await asyncio.wait(left, timeout=1.0)
         for connection in list(self.connections):
-            connection.close_idle()
+            connection.close_idle(at_once=False)
         deadline = asyncio.get_running_loop().time() + SHUT_WAIT_S + 0.1
         while self.connections and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # the clients close their ends (SHUT_WAIT_S at most)
