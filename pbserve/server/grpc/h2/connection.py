@@ -105,7 +105,8 @@ class GrpcConnection(asyncio.Protocol):
         self._shut = False  # half-closed: nothing more is written
         self._writable: asyncio.Event | None = None  # while the write buffer is full
         self._guard = Guard(server.limits, time.monotonic())  # keeps the order of opening
-        self._reading_paused = False
+        self._reading_paused = False  # back-pressure: events are left in zttp
+        self._processing = False  # within _process
         self.transport: asyncio.Transport | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -145,14 +146,20 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- back-pressure (pending.py) ---------------------------------------------------
     def pause_reading(self) -> None:
+        """Take no more events (zttp keeps the bytes already read) and read no more."""
         if self.transport is not None and not self.transport.is_closing():
             self._reading_paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None \
-                and not self.transport.is_closing():
-            self._reading_paused = False
+        """Take the events zttp still holds, then read again (unless they paused it)."""
+        if not self._reading_paused or self.transport is None \
+                or self.transport.is_closing():
+            return
+        self._reading_paused = False
+        if not self._processing:
+            self._process()
+        if not self._reading_paused and not self.transport.is_closing():
             self.transport.resume_reading()
 
     def _request_done(self, call: _Call) -> None:
@@ -164,11 +171,20 @@ class GrpcConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._shut:
             return  # refused, or closing: nothing more is taken
-        conn = self._conn
         self._guard.read(data, self._server.connections.now)
         try:
-            conn.receive_data(data)
-            while True:
+            self._conn.receive_data(data)
+        except zttp.ProtocolError as exc:
+            self._failed(exc)
+            return
+        self._process()
+
+    def _process(self) -> None:
+        """Act on zttp's events until it needs data, or back-pressure pauses reading."""
+        conn = self._conn
+        self._processing = True
+        try:
+            while not self._reading_paused:
                 event = conn.next_event()
                 kind = type(event)
                 if kind is zttp.Data:
@@ -198,12 +214,17 @@ class GrpcConnection(asyncio.Protocol):
                     self._guard.waiting_since = None  # credit: the send clock restarts
                 # GoAway: zttp acts on it itself
         except zttp.ProtocolError as exc:
-            log.info("gRPC connection from %s closed: %s",
-                     self.transport.get_extra_info("peername"), exc)
-            self._flush()  # zttp's GOAWAY
-            self.transport.close()
+            self._failed(exc)
             return
+        finally:
+            self._processing = False
         self._flush()
+
+    def _failed(self, exc: zttp.ProtocolError) -> None:
+        log.info("gRPC connection from %s closed: %s",
+                 self.transport.get_extra_info("peername"), exc)
+        self._flush()  # zttp's GOAWAY
+        self.transport.close()
 
     # -- requests ---------------------------------------------------------------------
     def _on_request(self, request: zttp.Request) -> None:

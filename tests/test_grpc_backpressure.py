@@ -1,0 +1,112 @@
+"""Back-pressure on ModelStreamInfer (zttp transport): a client that sends 100,000
+requests on one stream to a model that takes 10 ms each is held by flow control (the
+server stops reading; its socket and the client's fill), and the server never holds more
+than --grpc-max-pending-per-connection (or, over all connections, --grpc-max-pending) of
+them, while other clients are served."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from hyperframe.frame import DataFrame
+
+from client_inputs import grpc_input
+from h2_raw import STREAM_INFER, RawClient, grpc_message, rss_kib, sleepy_request
+from pbserve.testing import running_server
+from polling import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUND = 16
+REQUESTS = 100_000
+PER_CHUNK = 500
+
+
+def pending(server) -> int:
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:
+        text = reply.read().decode()
+    found = re.search(r'nv_inference_pending_request_count{model="sleepy",version="1"} (\d+)',
+                      text)
+    return int(found.group(1)) if found else 0
+
+
+class Flood(threading.Thread):
+    """REQUESTS sleepy(10 ms) requests on one ModelStreamInfer stream, as fast as the
+    socket takes them; reads nothing back."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.client = RawClient(url, rcvbuf=4096)
+        self.client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        self.client.ready()
+        self.stream = self.client.call(STREAM_INFER, None, end=False)
+        self.sent = 0
+        self.stop = False
+
+    def run(self) -> None:
+        frame = DataFrame(self.stream, data=grpc_message(sleepy_request(10))).serialize()
+        chunk = frame * PER_CHUNK
+        self.client.sock.settimeout(60)
+        try:
+            while self.sent < REQUESTS and not self.stop:
+                self.client.sock.sendall(chunk)
+                self.sent += PER_CHUNK
+        except OSError:
+            pass  # closed by the test
+
+
+def infer_identity(url: str) -> None:
+    data = np.arange(4, dtype=np.int32)
+    with grpcclient.InferenceServerClient(url) as client:
+        result = client.infer("identity", [grpc_input("INPUT_INT32", data)],
+                              client_timeout=30)
+        assert (result.as_numpy("OUTPUT_INT32") == data).all()
+
+
+@pytest.mark.parametrize("flag, floods", [("--grpc-max-pending-per-connection", 1),
+                                          ("--grpc-max-pending", 2)])
+def test_a_stream_faster_than_its_model_is_held_by_flow_control(tmp_path, flag, floods):
+    log = tmp_path / "server.log"
+    with running_server(ROOT / "models" / "examples", ROOT / "tests" / "models",
+                        log_path=log, args=[
+                            "--model-control-mode", "explicit", "--load-model", "sleepy",
+                            "--load-model", "identity", flag, str(BOUND)]) as srv:
+        infer_identity(srv.grpc_url)
+        before = rss_kib(srv.pid)
+        threads = [Flood(srv.grpc_url) for _ in range(floods)]
+        for thread in threads:
+            thread.start()
+        try:
+            most = 0
+
+            def held() -> bool:
+                """The floods send nothing more for a while (none has sent all)."""
+                nonlocal most
+                before = [thread.sent for thread in threads]
+                most = max(most, pending(srv))
+                time.sleep(0.5)
+                most = max(most, pending(srv))
+                return [thread.sent for thread in threads] == before \
+                    and max(before) < REQUESTS
+
+            wait_for(held, "the flood to be held", timeout_s=60)
+            for _ in range(5):
+                most = max(most, pending(srv))
+            infer_identity(srv.grpc_url)  # another client, served meanwhile
+            sent = sum(thread.sent for thread in threads)
+            assert sent < floods * REQUESTS
+            assert most <= BOUND, f"{most} requests pending (bound {BOUND}), {sent} sent"
+            assert rss_kib(srv.pid) - before < 64 * 1024
+        finally:
+            for thread in threads:
+                thread.stop = True
+                thread.client.close()
+                thread.join(10)
+        infer_identity(srv.grpc_url)
