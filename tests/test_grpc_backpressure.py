@@ -24,7 +24,7 @@ from pbserve.testing import running_server
 from polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUND = 16
+PER_CONNECTION, PER_SERVER = 16, 24
 REQUESTS = 100_000
 PER_CHUNK = 500
 
@@ -70,43 +70,52 @@ def infer_identity(url: str) -> None:
         assert (result.as_numpy("OUTPUT_INT32") == data).all()
 
 
-@pytest.mark.parametrize("flag, floods", [("--grpc-max-pending-per-connection", 1),
-                                          ("--grpc-max-pending", 2)])
-def test_a_stream_faster_than_its_model_is_held_by_flow_control(tmp_path, flag, floods):
-    log = tmp_path / "server.log"
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("backpressure") / "server.log"
     with running_server(ROOT / "models" / "examples", ROOT / "tests" / "models",
                         log_path=log, args=[
                             "--model-control-mode", "explicit", "--load-model", "sleepy",
-                            "--load-model", "identity", flag, str(BOUND)]) as srv:
-        infer_identity(srv.grpc_url)
-        before = rss_kib(srv.pid)
-        threads = [Flood(srv.grpc_url) for _ in range(floods)]
+                            "--load-model", "identity",
+                            "--grpc-max-pending-per-connection", str(PER_CONNECTION),
+                            "--grpc-max-pending", str(PER_SERVER)]) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("floods, bound", [(1, PER_CONNECTION), (3, PER_SERVER)])
+def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, bound):
+    """One flood: held at the connection's bound; three: at the server's (less than
+    three connections' worth)."""
+    srv = server
+    wait_for(lambda: pending(srv) == 0, "the last test's requests to end")
+    infer_identity(srv.grpc_url)
+    before = rss_kib(srv.pid)
+    threads = [Flood(srv.grpc_url) for _ in range(floods)]
+    for thread in threads:
+        thread.start()
+    try:
+        most = 0
+
+        def held() -> bool:
+            """The floods send nothing more for a while (none has sent all)."""
+            nonlocal most
+            sent = [thread.sent for thread in threads]
+            most = max(most, pending(srv))
+            time.sleep(0.5)
+            most = max(most, pending(srv))
+            return [thread.sent for thread in threads] == sent and max(sent) < REQUESTS
+
+        wait_for(held, "the flood to be held", timeout_s=60)
+        for _ in range(5):
+            most = max(most, pending(srv))
+        infer_identity(srv.grpc_url)  # another client, served meanwhile
+        sent = sum(thread.sent for thread in threads)
+        assert sent < floods * REQUESTS
+        assert most <= bound, f"{most} requests pending (bound {bound}), {sent} sent"
+        assert rss_kib(srv.pid) - before < 64 * 1024
+    finally:
         for thread in threads:
-            thread.start()
-        try:
-            most = 0
-
-            def held() -> bool:
-                """The floods send nothing more for a while (none has sent all)."""
-                nonlocal most
-                before = [thread.sent for thread in threads]
-                most = max(most, pending(srv))
-                time.sleep(0.5)
-                most = max(most, pending(srv))
-                return [thread.sent for thread in threads] == before \
-                    and max(before) < REQUESTS
-
-            wait_for(held, "the flood to be held", timeout_s=60)
-            for _ in range(5):
-                most = max(most, pending(srv))
-            infer_identity(srv.grpc_url)  # another client, served meanwhile
-            sent = sum(thread.sent for thread in threads)
-            assert sent < floods * REQUESTS
-            assert most <= BOUND, f"{most} requests pending (bound {BOUND}), {sent} sent"
-            assert rss_kib(srv.pid) - before < 64 * 1024
-        finally:
-            for thread in threads:
-                thread.stop = True
-                thread.client.close()
-                thread.join(10)
-        infer_identity(srv.grpc_url)
+            thread.stop = True
+            thread.client.close()
+            thread.join(10)
+    infer_identity(srv.grpc_url)

@@ -119,6 +119,7 @@ class GrpcConnection(asyncio.Protocol):
         if not self._server.connections.admit(self):
             self._refuse_connection()
             return
+        self._server.pending.add(self)
         self._flush()  # if the server is stopping: GOAWAY and close
 
     def connection_lost(self, exc: Exception | None) -> None:

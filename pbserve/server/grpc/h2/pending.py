@@ -26,21 +26,29 @@ class PendingRequests:
         self.total = total
         self.count = 0
         self._counts: dict[Reader, int] = {}
+        self._readers: set[Reader] = set()
         self._paused: set[Reader] = set()
         self._over = False  # the server reached `total`: reading resumes at half of it
 
     def of(self, reader: Reader) -> int:
         return self._counts.get(reader, 0)
 
+    def add(self, reader: Reader) -> None:
+        """A new connection (paused at once if the server is past its bound)."""
+        self._readers.add(reader)
+        if self._over:
+            self._pause(reader)
+
     def take(self, reader: Reader, n: int = 1) -> None:
         """`reader` has read `n` more requests."""
         mine = self._counts[reader] = self._counts.get(reader, 0) + n
         self.count += n
-        if self.count >= self.total:
-            self._over = True
-        if (mine >= self.per_connection or self._over) and reader not in self._paused:
-            self._paused.add(reader)
-            reader.pause_reading()
+        if self.count >= self.total and not self._over:
+            self._over = True  # every connection stops, not just this one
+            for other in list(self._readers):
+                self._pause(other)
+        if mine >= self.per_connection:
+            self._pause(reader)
 
     def give(self, reader: Reader, n: int = 1) -> None:
         """`n` of `reader`'s requests have answered (or were dropped)."""
@@ -66,4 +74,16 @@ class PendingRequests:
     def forget(self, reader: Reader) -> None:
         """`reader` is closed: its requests no longer count, and it is never resumed."""
         self.count -= self._counts.pop(reader, 0)
+        self._readers.discard(reader)
         self._paused.discard(reader)
+        if self._over and self.count <= self.total // 2:
+            self._over = False
+            for paused in [r for r in self._paused
+                           if self.of(r) <= self.per_connection // 2]:
+                self._paused.discard(paused)
+                paused.resume_reading()
+
+    def _pause(self, reader: Reader) -> None:
+        if reader not in self._paused:
+            self._paused.add(reader)
+            reader.pause_reading()
