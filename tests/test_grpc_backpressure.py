@@ -6,6 +6,7 @@ them, while other clients are served."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -26,7 +27,7 @@ from polling import wait_for
 ROOT = Path(__file__).resolve().parents[1]
 PER_CONNECTION, PER_SERVER = 16, 24
 REQUESTS = 100_000
-PER_CHUNK = 500
+PER_CHUNK = 2000
 
 
 def pending(server) -> int:
@@ -101,7 +102,7 @@ def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, 
             nonlocal most
             sent = [thread.sent for thread in threads]
             most = max(most, pending(srv))
-            time.sleep(0.5)
+            time.sleep(0.3)
             most = max(most, pending(srv))
             return [thread.sent for thread in threads] == sent and max(sent) < REQUESTS
 
@@ -116,6 +117,8 @@ def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, 
     finally:
         for thread in threads:
             thread.stop = True
+            with contextlib.suppress(OSError):  # wakes its blocked sendall
+                thread.client.sock.shutdown(socket.SHUT_RDWR)
             thread.client.close()
             thread.join(10)
     infer_identity(srv.grpc_url)

@@ -66,10 +66,7 @@ class PendingRequests:
                 return
             self._over = False  # the server is back to half its bound: every reader
             readers = list(self._paused)
-        for paused in readers:
-            if paused in self._paused and self.of(paused) <= self.per_connection // 2:
-                self._paused.discard(paused)
-                paused.resume_reading()
+        self._resume(readers)
 
     def forget(self, reader: Reader) -> None:
         """`reader` is closed: its requests no longer count, and it is never resumed."""
@@ -78,8 +75,15 @@ class PendingRequests:
         self._paused.discard(reader)
         if self._over and self.count <= self.total // 2:
             self._over = False
-            for paused in [r for r in self._paused
-                           if self.of(r) <= self.per_connection // 2]:
+            self._resume(list(self._paused))
+
+    def _resume(self, readers: list[Reader]) -> None:
+        """Resume those of `readers` back under their own bound. A resumed reader reads
+        at once, and may take the server past its bound again: then the rest wait."""
+        for paused in readers:
+            if self._over:
+                return
+            if paused in self._paused and self.of(paused) <= self.per_connection // 2:
                 self._paused.discard(paused)
                 paused.resume_reading()
 
