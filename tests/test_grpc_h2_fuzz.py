@@ -28,6 +28,7 @@ from tritonclient.grpc import service_pb2 as pb
 from h2_raw import INFER, PREFACE, STREAM_INFER
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc.h2.connection import GrpcConnection
+from pbserve.server.grpc.h2.frames import FrameScanner
 from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.grpc.h2.server import h2_handlers
 from pbserve.server.grpc.handlers import Undecodable
@@ -259,3 +260,26 @@ def test_whatever_a_client_sends(frames, data, close):
     whole_frames(out)
     assert not connection._calls, "calls held after the client left"
     assert server.pending.count == 0, "pending requests counted after the client left"
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([DATA, HEADERS, CONTINUATION, 0x4, 0x6]),
+                          st.sampled_from([0, END_STREAM, END_HEADERS]),
+                          st.binary(max_size=40)), max_size=8), st.data())
+def test_the_frame_scanner_sees_the_same_wherever_a_read_ends(frames, data):
+    """The timeouts' view of the stream (frames.py) does not depend on how TCP cut it:
+    the same after one read, two, or a byte at a time; and whole frames leave none open."""
+    stream = PREFACE + b"".join(raw(kind, flags, 1, payload) for kind, flags, payload in frames)
+    cut = data.draw(st.integers(0, len(stream)))
+    whole, two, bytewise = FrameScanner(), FrameScanner(), FrameScanner()
+    whole.feed(stream)
+    two.feed(stream[:cut])
+    two.feed(stream[cut:])
+    for at in range(len(stream)):
+        bytewise.feed(stream[at:at + 1])
+    views = {(s.in_frame, s.in_header_block) for s in (whole, two, bytewise)}
+    assert len(views) == 1, views
+    assert not whole.in_frame
+    headers_open = [flags & END_HEADERS == 0 for kind, flags, _ in frames
+                    if kind in (HEADERS, CONTINUATION)]
+    assert whole.in_header_block == (headers_open[-1] if headers_open else False)

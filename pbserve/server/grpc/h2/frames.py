@@ -33,19 +33,33 @@ class FrameScanner:
         if self._preface:
             pos = min(self._preface, size)
             self._preface -= pos
-        while pos < size:
-            if self._left:
-                take = min(self._left, size - pos)
-                self._left -= take
-                pos += take
-                continue
+        left = self._left
+        if self._head:  # a frame header begun in an earlier read
             take = min(_HEADER_BYTES - len(self._head), size - pos)
             head = self._head = self._head + data[pos:pos + take]
             pos += take
             if len(head) < _HEADER_BYTES:
-                break
-            kind = head[3]
-            if kind in (_HEADERS, _PUSH_PROMISE, _CONTINUATION):
-                self.in_header_block = not head[4] & _END_HEADERS
-            self._left = int.from_bytes(head[:3], "big")
+                return
+            self._header(head[3], head[4])
+            left = (head[0] << 16) | (head[1] << 8) | head[2]
             self._head = b""
+        while True:
+            if left:
+                take = min(left, size - pos)
+                left -= take
+                pos += take
+            if pos >= size:
+                break
+            if size - pos < _HEADER_BYTES:
+                self._head = data[pos:]
+                break
+            kind = data[pos + 3]
+            if kind == _HEADERS or kind == _CONTINUATION or kind == _PUSH_PROMISE:
+                self.in_header_block = not data[pos + 4] & _END_HEADERS
+            left = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
+            pos += _HEADER_BYTES
+        self._left = left
+
+    def _header(self, kind: int, flags: int) -> None:
+        if kind == _HEADERS or kind == _CONTINUATION or kind == _PUSH_PROMISE:
+            self.in_header_block = not flags & _END_HEADERS
