@@ -50,6 +50,7 @@ class Flood(threading.Thread):
         self.stream = self.client.call(STREAM_INFER, None, end=False)
         self.sent = 0
         self.stop = False
+        self.error: OSError | None = None
 
     def run(self) -> None:
         frame = DataFrame(self.stream, data=grpc_message(sleepy_request(10))).serialize()
@@ -59,8 +60,8 @@ class Flood(threading.Thread):
             while self.sent < REQUESTS and not self.stop:
                 self.client.sock.sendall(chunk)
                 self.sent += PER_CHUNK
-        except OSError:
-            pass  # closed by the test
+        except OSError as exc:
+            self.error = exc  # closed by the test, or by the server
 
 
 def infer_identity(url: str) -> None:
@@ -79,7 +80,11 @@ def server(tmp_path_factory):
                             "--model-control-mode", "explicit", "--load-model", "sleepy",
                             "--load-model", "identity",
                             "--grpc-max-pending-per-connection", str(PER_CONNECTION),
-                            "--grpc-max-pending", str(PER_SERVER)]) as srv:
+                            "--grpc-max-pending", str(PER_SERVER),
+                            # shorter than the test holds the floods: a pause of the
+                            # server's making is no stall of the client's
+                            "--grpc-body-timeout-secs", "1",
+                            "--grpc-header-timeout-secs", "1"]) as srv:
         yield srv
 
 
@@ -107,10 +112,13 @@ def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, 
             return [thread.sent for thread in threads] == sent and max(sent) < REQUESTS
 
         wait_for(held, "the flood to be held", timeout_s=60)
+        time.sleep(1.5)  # past the body timeout, still held
         for _ in range(5):
             most = max(most, pending(srv))
         infer_identity(srv.grpc_url)  # another client, served meanwhile
         sent = sum(thread.sent for thread in threads)
+        assert not any(thread.error for thread in threads), "a held flood was cut off"
+        assert "no frame data received" not in srv.log_text()
         assert sent < floods * REQUESTS
         assert most <= bound, f"{most} requests pending (bound {bound}), {sent} sent"
         assert rss_kib(srv.pid) - before < 64 * 1024

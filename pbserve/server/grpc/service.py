@@ -37,7 +37,7 @@ from pbserve.server.grpc.codec import (
     model_version,
 )
 from pbserve.server.grpc.handlers import abort
-from pbserve.server.grpc.stream import StreamSession
+from pbserve.server.grpc.stream import MAX_IN_FLIGHT, StreamSession
 from pbserve.server.grpc.wire import ResponseParts, infer_response_parts, parse_infer_request
 
 log = logging.getLogger("pbserve.grpc")
@@ -59,7 +59,7 @@ def _refuse_repository_name(name: str) -> None:
 class InferenceServicer(GRPCInferenceServiceServicer):
     """Triton's gRPC service over an InferenceCore."""
 
-    def __init__(self, core: InferenceCore, max_stream_in_flight: int = 256) -> None:
+    def __init__(self, core: InferenceCore, max_stream_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._core = core
         self._max_stream_in_flight = max_stream_in_flight  # one stream's requests at once
         self._sessions: set[StreamSession] = set()  # ModelStreamInfer calls open now

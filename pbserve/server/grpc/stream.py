@@ -51,6 +51,7 @@ from pbserve.server.grpc.handlers import Undecodable
 log = logging.getLogger("pbserve.grpc")
 
 _END = None  # the outbox item that ends the call
+MAX_IN_FLIGHT = 256  # one stream's requests at once (--grpc-max-pending-per-connection)
 SHUTTING_DOWN = "the server is shutting down: this stream takes no more requests"
 
 
@@ -58,7 +59,7 @@ class StreamSession:
     """The requests in flight on one ModelStreamInfer call, and the call's writer."""
 
     def __init__(self, core: InferenceCore, context: grpc.aio.ServicerContext,
-                 errors: ErrorLog, max_in_flight: int = 256) -> None:
+                 errors: ErrorLog, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._core = core
         self._context = context
         self._errors = errors

@@ -158,10 +158,20 @@ class GrpcConnection(asyncio.Protocol):
                 or self.transport.is_closing():
             return
         self._reading_paused = False
+        self._restart_read_clocks()
         if not self._processing:
             self._process()
         if not self._reading_paused and not self.transport.is_closing():
             self.transport.resume_reading()
+
+    def _restart_read_clocks(self) -> None:
+        """After a pause of the server's own making, the client's stalls count anew."""
+        now = self._server.connections.now
+        self._guard.read_at = now
+        if self._guard.scanner.in_header_block:
+            self._guard.header_at = now
+        for call in self._calls.values():
+            call.read_at = now
 
     def _request_done(self, call: _Call) -> None:
         """A streaming call's servicer answered one of its requests."""
@@ -477,7 +487,7 @@ class GrpcConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._shut or transport.is_closing():
             return
-        reason = self._guard.expired(now)
+        reason = self._guard.expired(now, self._reading_paused)
         if reason == "idle":
             self.close_idle()
             return
@@ -485,7 +495,7 @@ class GrpcConnection(asyncio.Protocol):
             self._calm(reason)
             return
         timeout = self._guard.limits.body_timeout_s
-        if not timeout:
+        if not timeout or self._reading_paused:  # the server stopped reading, not they
             return
         for call in list(self._calls.values()):
             reading = not call.half_closed and (call.queue is None

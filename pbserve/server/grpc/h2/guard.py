@@ -57,14 +57,17 @@ class Guard:
         elif self.waiting_since is None:
             self.waiting_since = now
 
-    def expired(self, now: float) -> str:
-        """Why the connection must close at `now` ('' when it need not)."""
+    def expired(self, now: float, reading_paused: bool = False) -> str:
+        """Why the connection must close at `now` ('' when it need not); while the
+        server itself does not read (back-pressure), no read timeout runs."""
         limits = self.limits
         timeout = limits.header_timeout_s
-        if timeout and self.scanner.in_header_block and now - self.header_at > timeout:
+        if timeout and not reading_paused and self.scanner.in_header_block \
+                and now - self.header_at > timeout:
             return f"header block not received within {timeout:g} s"
         timeout = limits.body_timeout_s
-        if timeout and self.scanner.in_frame and now - self.read_at > timeout:
+        if timeout and not reading_paused and self.scanner.in_frame \
+                and now - self.read_at > timeout:
             return f"no frame data received for {timeout:g} s"
         timeout = limits.send_timeout_s
         if timeout and self.waiting_since is not None and now - self.waiting_since > timeout:
