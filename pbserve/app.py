@@ -23,6 +23,7 @@ from pbserve.backend.manager import ModelManager
 from pbserve.backend.observability.tracing import TRACER
 from pbserve.backend.repository.cloud_repository import CloudRepositories
 from pbserve.backends import set_backend_directory
+from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server
@@ -47,6 +48,7 @@ class DerivedSettings:
     grpc_restricted: dict
     auto_complete: bool
     cache_size: int | None = None  # the response cache's bytes (None: no cache)
+    grpc_limits: GrpcLimits = GrpcLimits()  # the zttp transport's (--grpc-*-timeout-secs...)
 
 
 # After `serve` has stopped everything it started, tasks some library left behind are
@@ -144,7 +146,8 @@ async def start_servers(core: InferenceCore, args: argparse.Namespace,
     if args.allow_grpc:
         servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port,
                                                args.http_max_input_size, settings.grpc_tls,
-                                               settings.grpc_restricted, args.grpc_transport))
+                                               settings.grpc_restricted, args.grpc_transport,
+                                               settings.grpc_limits))
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
     if args.allow_metrics:
         servers.append(await start_metrics_server(core, args.metrics_address,

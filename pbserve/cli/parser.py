@@ -7,6 +7,7 @@ import argparse
 import os
 
 from pbserve.backend.instances.outage import RESTART_WAIT_S
+from pbserve.cli.grpc_flags import add_grpc_limit_flags
 from pbserve.cli.ignored_flags import add_ignored_flags
 from pbserve.cli.trace_flags import add_trace_flags
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grpc-transport", choices=TRANSPORTS, default="zttp",
         help="pbserve: the HTTP/2 implementation under the gRPC endpoint: grpcio, or "
              "zttp (a sans-IO HTTP/2 engine in Zig; faster, see docs/performance.md)")
+    add_grpc_limit_flags(parser)
     add("--grpc-restricted-protocol", action="append", default=[],
         help="<protocol>[,...]:<key>=<value>: calls to these protocols must carry "
              "metadata triton-grpc-protocol-<key> with <value> (repeatable)")

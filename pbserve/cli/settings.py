@@ -9,6 +9,7 @@ import argparse
 from pbserve.app import DerivedSettings
 from pbserve.backend.cache.cache_config import cache_size
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
+from pbserve.cli.grpc_flags import grpc_limits
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.restrictions import GRPC_KEY_PREFIX
 from pbserve.server.restrictions import parse as parse_restrictions
@@ -70,7 +71,8 @@ def derived_settings(args: argparse.Namespace) -> DerivedSettings:
     limits = http_limits(args)
     http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
     http_restricted, grpc_restricted = restricted(args)
-    return DerivedSettings(limits=limits, http_tls=http_tls, grpc_tls=grpc_tls,
+    return DerivedSettings(grpc_limits=grpc_limits(args),
+                           limits=limits, http_tls=http_tls, grpc_tls=grpc_tls,
                            http_restricted=http_restricted, grpc_restricted=grpc_restricted,
                            auto_complete=auto_complete(args),
                            cache_size=response_cache_size(args))

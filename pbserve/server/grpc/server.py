@@ -19,6 +19,7 @@ import logging
 import grpc
 
 from pbserve.backend.api import InferenceCore
+from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.grpc.h2.server import H2GrpcServer, h2_handlers, infer_gatherers
 from pbserve.server.grpc.handlers import add_service
 from pbserve.server.grpc.service import InferenceServicer
@@ -53,6 +54,20 @@ class GrpcServer:
         await self._server.stop(grace)
 
 
+# grpc-core's bound on a connection's concurrent streams (its default is unlimited): a
+# rapid-reset client then waits for its cancelled calls to end before opening more.
+GRPCIO_MAX_CONCURRENT_STREAMS = 100
+
+
+def grpcio_guard_options(limits: GrpcLimits) -> list[tuple[str, int]]:
+    """grpc-core's options for what GrpcLimits bounds on the zttp transport: streams at
+    once per connection, an idle connection's life."""
+    options = [("grpc.max_concurrent_streams", GRPCIO_MAX_CONCURRENT_STREAMS)]
+    if limits.idle_timeout_s:
+        options.append(("grpc.max_connection_idle_ms", int(limits.idle_timeout_s * 1000)))
+    return options
+
+
 def _target(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # an IPv6 address
@@ -63,14 +78,16 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
                             max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
                             tls: TlsConfig | None = None,
                             restricted: dict[str, Restriction] | None = None,
-                            transport: str = "zttp") -> GrpcServer | H2GrpcServer:
+                            transport: str = "zttp",
+                            limits: GrpcLimits = GrpcLimits()) -> GrpcServer | H2GrpcServer:
     """Listen on host:port (with TLS when `tls`; `restricted`: the groups
-    --grpc-restricted-protocol closes; `transport`: one of TRANSPORTS); raises OSError
-    when the address cannot be bound."""
+    --grpc-restricted-protocol closes; `transport`: one of TRANSPORTS; `limits`: the zttp
+    transport's timeouts and caps, of which grpcio takes the stream and idle bounds);
+    raises OSError when the address cannot be bound."""
     limit = min(2 * max_input_size, MAX_MESSAGE_BYTES)
-    servicer = InferenceServicer(core)
+    servicer = InferenceServicer(core, limits.max_pending_per_connection)
     if transport == "zttp":
-        h2 = H2GrpcServer(servicer, h2_handlers(servicer, restricted), limit,
+        h2 = H2GrpcServer(servicer, h2_handlers(servicer, restricted), limit, limits,
                           infer_gatherers(core))
         await h2.listen(host, port, tls)
         log.info("gRPC server (zttp) listening on %s", _target(host, h2.port))
@@ -80,7 +97,8 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         ("grpc.max_receive_message_length", limit),
         # Without this a second server on the same port would bind silently.
         ("grpc.so_reuseport", 0),
-    ])
+        *grpcio_guard_options(limits),
+    ], maximum_concurrent_rpcs=limits.max_pending)
     add_service(server, servicer, servicer.errors, restricted)
     target = _target(host, port)
     try:

@@ -39,7 +39,7 @@ from pbserve.server.grpc.codec import (
     model_version,
 )
 from pbserve.server.grpc.handlers import abort
-from pbserve.server.grpc.stream import StreamSession
+from pbserve.server.grpc.stream import MAX_IN_FLIGHT, StreamSession
 from pbserve.server.grpc.wire import (
     ResponseParts,
     SplitRequest,
@@ -66,8 +66,9 @@ def _refuse_repository_name(name: str) -> None:
 class InferenceServicer(GRPCInferenceServiceServicer):
     """Triton's gRPC service over an InferenceCore."""
 
-    def __init__(self, core: InferenceCore) -> None:
+    def __init__(self, core: InferenceCore, max_stream_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._core = core
+        self._max_stream_in_flight = max_stream_in_flight  # one stream's requests at once
         self._sessions: set[StreamSession] = set()  # ModelStreamInfer calls open now
         self._stopping = False
         self.errors = ErrorLog(log)
@@ -148,7 +149,8 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: grpc.aio.ServicerContext) -> None:
-        session = StreamSession(self._core, context, self.errors)
+        session = StreamSession(self._core, context, self.errors,
+                                self._max_stream_in_flight)
         self._sessions.add(session)
         try:
             if self._stopping:

@@ -17,7 +17,10 @@ allows one write at a time). What Triton's stream handler does, and so this does
   requests in flight are cancelled;
 * when the server shuts down (`stop_reading`), no more requests are read; once those in
   flight have answered (or shutdown has ended them with an error), the call ends with
-  UNAVAILABLE.
+  UNAVAILABLE;
+* at most `max_in_flight` requests run at once: the next is read when one has answered
+  (grpcio's flow control then slows the client; the zttp transport bounds what it reads
+  itself, told by the context's `request_done` of each request answered).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pbserve.server.grpc.handlers import Undecodable
 log = logging.getLogger("pbserve.grpc")
 
 _END = None  # the outbox item that ends the call
+MAX_IN_FLIGHT = 256  # one stream's requests at once (--grpc-max-pending-per-connection)
 SHUTTING_DOWN = "the server is shutting down: this stream takes no more requests"
 
 
@@ -56,10 +60,13 @@ class StreamSession:
     """The requests in flight on one ModelStreamInfer call, and the call's writer."""
 
     def __init__(self, core: InferenceCore, context: grpc.aio.ServicerContext,
-                 errors: ErrorLog) -> None:
+                 errors: ErrorLog, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._core = core
         self._context = context
         self._errors = errors
+        self._max_in_flight = max_in_flight
+        self._slot: asyncio.Future | None = None  # set when a request of a full set ends
+        self._request_done = getattr(context, "request_done", None)
         self._status: ServerError | None = None  # the call's, when not OK
         self._outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
@@ -109,6 +116,9 @@ class StreamSession:
                     self._end(request.error)
                     return
                 self._start(request)
+                while len(self._tasks) >= self._max_in_flight:
+                    self._slot = asyncio.get_running_loop().create_future()
+                    await self._slot
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the transport failed: end the call
@@ -157,6 +167,11 @@ class StreamSession:
 
     def _finished(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
+        if self._request_done is not None:
+            self._request_done()
+        slot, self._slot = self._slot, None
+        if slot is not None and not slot.done():
+            slot.set_result(None)
         self._maybe_end()
 
     def _maybe_end(self) -> None:

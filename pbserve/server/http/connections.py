@@ -51,9 +51,17 @@ def default_max_connections() -> int:
     return max(_MIN_CONNECTIONS, soft - max(_FD_RESERVE_MIN, soft // 4))
 
 
-def sweep_interval(limits: HttpLimits) -> float:
-    timeouts = [t for t in (limits.header_timeout_s, limits.body_timeout_s,
-                            limits.keepalive_timeout_s) if t > 0]
+class Limits(Protocol):
+    """What the set needs of its server's limits (HttpLimits, the gRPC side's GrpcLimits)."""
+
+    max_connections: int | None
+
+    def timeouts(self) -> list[float]:
+        """The timeouts that are on, in seconds."""
+
+
+def sweep_interval(limits: Limits) -> float:
+    timeouts = limits.timeouts()
     if not timeouts:
         return _SWEEP_MAX_S
     return min(_SWEEP_MAX_S, max(_SWEEP_MIN_S, min(timeouts) / 4))
@@ -64,7 +72,7 @@ class ConnectionSet:
     past the cap takes the place of the connection idle the longest, and is refused if
     none is idle."""
 
-    def __init__(self, limits: HttpLimits = HttpLimits()) -> None:
+    def __init__(self, limits: Limits = HttpLimits()) -> None:
         self.limits = limits
         self.max_connections = limits.max_connections or default_max_connections()
         self.now = time.monotonic()

@@ -47,6 +47,11 @@ class HttpLimits:
         if self.max_connections is not None and self.max_connections <= 0:
             raise ValueError("--http-max-connections must be greater than 0")
 
+    def timeouts(self) -> list[float]:
+        """The timeouts that are on (the sweeper's round follows the shortest)."""
+        return [t for t in (self.header_timeout_s, self.body_timeout_s,
+                            self.keepalive_timeout_s) if t > 0]
+
 
 # The request header naming the length of a body's JSON part (binary tensor extension).
 JSON_LENGTH_HEADER = b"inference-header-content-length"

@@ -143,6 +143,11 @@ class Deframer:
         if gather is not None:
             gather.discard()
 
+    @property
+    def in_message(self) -> bool:
+        """A message has begun (some of its prefix or body) and is not whole yet."""
+        return self._body is not None or self._gather is not None or bool(self._head)
+
     def _start(self, head: bytes) -> None:
         self._compressed = head[0] != 0
         if self._compressed and self.encoding not in ENCODINGS:
@@ -171,19 +176,39 @@ class Deframer:
         return data
 
 
-class CallContext:
-    """What the servicer sees of its call (grpc.aio.ServicerContext's methods it uses)."""
+# grpc-timeout's units (the gRPC over HTTP/2 spec: "Hour", "Minute", ... "Nanosecond")
+_TIMEOUT_UNITS = {ord("H"): 3600.0, ord("M"): 60.0, ord("S"): 1.0, ord("m"): 1e-3,
+                  ord("u"): 1e-6, ord("n"): 1e-9}
 
-    __slots__ = ("_metadata", "_send", "_serialize", "code", "details")
+
+def parse_timeout(value: bytes) -> float | None:
+    """A grpc-timeout header's seconds (1 to 8 digits and a unit); None if malformed
+    (the call then has no deadline, as grpc-core ignores a bad one)."""
+    if not value:
+        return None
+    unit, digits = _TIMEOUT_UNITS.get(value[-1]), value[:-1]
+    if unit is None or not 0 < len(digits) <= 8 or not digits.isdigit():
+        return None
+    return int(digits) * unit
+
+
+class CallContext:
+    """What the servicer sees of its call (grpc.aio.ServicerContext's methods it uses),
+    and `request_done`, by which a streaming call's servicer says it has answered one of
+    the requests the transport counts as pending (pending.py)."""
+
+    __slots__ = ("_metadata", "_send", "_serialize", "code", "details", "request_done")
 
     def __init__(self, metadata: tuple[tuple[str, str], ...],
                  send: Callable[[bytes], None],
-                 serialize: Callable[[Any], bytes] | None) -> None:
+                 serialize: Callable[[Any], bytes] | None,
+                 request_done: Callable[[], None] | None = None) -> None:
         self._metadata = metadata
         self._send = send
         self._serialize = serialize
         self.code = grpc.StatusCode.OK
         self.details = ""
+        self.request_done = request_done
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +25,12 @@ from pbserve.server.grpc.h2.call import (
     Compressed,
     Deframer,
     TooLarge,
+    parse_timeout,
     prefix,
     request_stream,
     status_trailers,
 )
+from pbserve.server.grpc.h2.guard import ENHANCE_YOUR_CALM, Guard
 from pbserve.server.grpc.h2.window import window_frames
 from pbserve.server.grpc.wire import ResponseParts
 
@@ -52,13 +55,14 @@ _REFUSED = "the server is shutting down: it takes no new calls"
 _FAILED = object()  # a call's work ended it with an error status
 _WINDOW_FRAMES = window_frames()
 _PIECE = 1 << 20  # a response's buffer larger than this goes out in pieces of this size
+_DEADLINE = "Deadline Exceeded"  # grpc-core's words for a call past its grpc-timeout
 
 
 class _Call:
     """One stream's call."""
 
     __slots__ = ("stream_id", "handler", "deframer", "messages", "queue", "task", "context",
-                 "started", "done", "half_closed")
+                 "started", "done", "half_closed", "units", "read_at", "deadline")
 
     def __init__(self, stream_id: int, handler: Any, limit: int, encoding: str,
                  gatherer: Callable[[int], Any] | None = None) -> None:
@@ -72,7 +76,9 @@ class _Call:
         self.started = False  # response headers sent
         self.done = False  # answered, failed or reset: nothing more is sent
         self.half_closed = False  # the client has sent all it will
-
+        self.units = 0  # its requests counted as pending (read, not answered)
+        self.read_at = 0.0  # its last HEADERS or DATA
+        self.deadline: asyncio.TimerHandle | None = None  # its grpc-timeout
 
     def discard(self) -> None:
         """The call is over: what its request gathered and no task took is given back
@@ -110,6 +116,9 @@ class GrpcConnection(asyncio.Protocol):
         self._going_away = False
         self._shut = False  # half-closed: nothing more is written
         self._writable: asyncio.Event | None = None  # while the write buffer is full
+        self._guard = Guard(server.limits, time.monotonic())  # keeps the order of opening
+        self._reading_paused = False  # back-pressure: events are left in zttp
+        self._processing = False  # within _process
         self.transport: asyncio.Transport | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -119,14 +128,21 @@ class GrpcConnection(asyncio.Protocol):
         self._conn.initiate_connection()
         # the server's SETTINGS, then the larger receive windows (window.py)
         transport.write(self._conn.data_to_send() + _WINDOW_FRAMES)
-        self._server.connections.add(self)
+        if not self._server.connections.admit(self):
+            self._refuse_connection()
+            return
+        self._server.pending.add(self)
         self._flush()  # if the server is stopping: GOAWAY and close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
+        self._server.pending.forget(self)
         for call in self._calls.values():
             call.discard()
             call.done = True
+            call.units = 0
+            if call.deadline is not None:
+                call.deadline.cancel()
             if call.task is not None:
                 call.task.cancel()
         self._calls.clear()
@@ -137,15 +153,62 @@ class GrpcConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
 
     def resume_writing(self) -> None:
+        self._guard.waiting_since = None  # the client took some: the send clock restarts
         if self._writable is not None:
             self._writable.set()
             self._writable = None
 
+    # -- back-pressure (pending.py) ---------------------------------------------------
+    def pause_reading(self) -> None:
+        """Take no more events (zttp keeps the bytes already read) and read no more."""
+        if self.transport is not None and not self.transport.is_closing():
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Take the events zttp still holds, then read again (unless they paused it)."""
+        if not self._reading_paused or self.transport is None \
+                or self.transport.is_closing():
+            return
+        self._reading_paused = False
+        self._restart_read_clocks()
+        if not self._processing:
+            self._process()
+        if not self._reading_paused and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _restart_read_clocks(self) -> None:
+        """After a pause of the server's own making, the client's stalls count anew."""
+        now = self._server.connections.now
+        self._guard.read_at = now
+        if self._guard.scanner.in_header_block:
+            self._guard.header_at = now
+        for call in self._calls.values():
+            call.read_at = now
+
+    def _request_done(self, call: _Call) -> None:
+        """A streaming call's servicer answered one of its requests."""
+        if call.units:
+            call.units -= 1
+            self._server.pending.give(self)
+
     def data_received(self, data: bytes) -> None:
-        conn = self._conn
+        if self._shut:
+            return  # refused, or closing: nothing more is taken
+        self._guard.read(data, self._server.connections.now)
         try:
-            conn.receive_data(data)
-            while True:
+            self._conn.receive_data(data)
+        except zttp.ProtocolError as exc:
+            self._failed(exc)
+            return
+        self._process()
+
+    def _process(self) -> None:
+        """Act on zttp's events until it needs data, or back-pressure pauses reading."""
+        conn = self._conn
+        self._processing = True
+        try:
+            while not self._reading_paused:
                 event = conn.next_event()
                 kind = type(event)
                 if kind is zttp.Data:
@@ -165,14 +228,27 @@ class GrpcConnection(asyncio.Protocol):
                 elif event is zttp.CONNECTION_CLOSED:
                     self.transport.close()
                     break
-                # Settings, Ping, WindowUpdate, GoAway: zttp acts on them itself
+                elif kind is zttp.Ping or kind is zttp.Settings:
+                    # zttp answers them; a client that reads none of the answers ends
+                    if self._guard.control_frame(self._writable is not None):
+                        self._calm(f"{type(event).__name__} flood: the client reads "
+                                   f"none of the answers")
+                        return
+                elif kind is zttp.WindowUpdate:
+                    self._guard.waiting_since = None  # credit: the send clock restarts
+                # GoAway: zttp acts on it itself
         except zttp.ProtocolError as exc:
-            log.info("gRPC connection from %s closed: %s",
-                     self.transport.get_extra_info("peername"), exc)
-            self._flush()  # zttp's GOAWAY
-            self.transport.close()
+            self._failed(exc)
             return
+        finally:
+            self._processing = False
         self._flush()
+
+    def _failed(self, exc: zttp.ProtocolError) -> None:
+        log.info("gRPC connection from %s closed: %s",
+                 self.transport.get_extra_info("peername"), exc)
+        self._flush()  # zttp's GOAWAY
+        self.transport.close()
 
     # -- requests ---------------------------------------------------------------------
     def _on_request(self, request: zttp.Request) -> None:
@@ -191,16 +267,25 @@ class GrpcConnection(asyncio.Protocol):
             return
         encoding = "identity"
         metadata = []
+        timeout = None
         for name, value in request.headers:
             if name == b"grpc-encoding":
                 encoding = value.decode("latin-1")
+            elif name == b"grpc-timeout":
+                timeout = parse_timeout(value)
             elif name not in _NOT_METADATA and not name.startswith(b":"):
                 metadata.append((name.decode("latin-1"), value.decode("latin-1")))
         call = self._calls[stream_id] = _Call(stream_id, handler, self._server.limit,
                                               encoding, self._server.gatherers.get(path))
         call.context = CallContext(tuple(metadata),
                                    lambda message: self._send_message(call, message),
-                                   handler.response_serializer)
+                                   handler.response_serializer,
+                                   lambda: self._request_done(call))
+        call.read_at = self._server.connections.now
+        self._guard.idle_since = None
+        if timeout is not None:  # as grpc-core: the call ends when its deadline passes
+            call.deadline = asyncio.get_running_loop().call_later(
+                timeout, self._deadline_passed, call)
         if handler.stream_stream is not None:
             call.queue = asyncio.Queue()
             call.task = asyncio.ensure_future(self._run_streaming(call))
@@ -208,6 +293,7 @@ class GrpcConnection(asyncio.Protocol):
             self._on_end(call)
 
     def _on_data(self, call: _Call, data: bytes) -> None:
+        call.read_at = self._server.connections.now
         try:
             messages = call.deframer.feed(data)
         except TooLarge as exc:
@@ -222,9 +308,13 @@ class GrpcConnection(asyncio.Protocol):
         if call.queue is None:
             call.messages.extend(messages)
             return
+        if not messages:
+            return
         deserialize = call.handler.request_deserializer
         for message in messages:
             call.queue.put_nowait(deserialize(message) if deserialize else message)
+        call.units += len(messages)
+        self._server.pending.take(self, len(messages))
 
     def _on_end(self, call: _Call) -> None:
         call.half_closed = True
@@ -236,15 +326,25 @@ class GrpcConnection(asyncio.Protocol):
                          f"a unary call takes one request message ({len(call.messages)} "
                          f"received)")
             return
+        call.units = 1
+        self._server.pending.take(self)
         call.task = asyncio.ensure_future(self._run_unary(call, call.messages.pop()))
 
     def _on_reset(self, stream_id: int) -> None:
-        call = self._calls.pop(stream_id, None)
+        call = self._calls.get(stream_id)
         if call is not None:
-            call.discard()
-            call.done = True
+            self._forget(call)
             if call.task is not None:
                 call.task.cancel()  # the client cancelled (or its deadline passed)
+
+    def _deadline_passed(self, call: _Call) -> None:
+        """grpc-timeout: the call ends DEADLINE_EXCEEDED and its work is cancelled,
+        whether or not the client resets the stream."""
+        call.deadline = None
+        task = call.task
+        self._end(call, grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE)
+        if task is not None:
+            task.cancel()
 
     # -- calls ------------------------------------------------------------------------
     async def _run_unary(self, call: _Call, body: bytes) -> None:
@@ -358,7 +458,14 @@ class GrpcConnection(asyncio.Protocol):
     def _forget(self, call: _Call) -> None:
         call.discard()
         call.done = True
-        self._calls.pop(call.stream_id, None)
+        if self._calls.pop(call.stream_id, None) is not None and not self._calls:
+            self._guard.idle_since = self._server.connections.now
+        if call.units:
+            self._server.pending.give(self, call.units)
+            call.units = 0
+        if call.deadline is not None:
+            call.deadline.cancel()
+            call.deadline = None
 
     def _data(self, stream: zttp.Stream, payload: bytes) -> None:
         """One whole message (a unary answer serialized at once, a stream's response)."""
@@ -375,8 +482,74 @@ class GrpcConnection(asyncio.Protocol):
         out = self._conn.data_to_send()
         if out:
             transport.write(out)
+        if self._writable is not None or self._conn.has_pending_send():
+            if self._guard.waiting_since is None:  # responses wait for the client
+                self._guard.waiting_since = self._server.connections.now
+        else:
+            self._guard.waiting_since = None
         if self._server.closing and not self._calls:
+            self.close_idle(at_once=False)
+
+    # -- timeouts and the connection cap (called by the ConnectionSet) ------------------
+    @property
+    def idle_since(self) -> float | None:
+        """When its last call ended (None while calls run)."""
+        return None if self._shut else self._guard.idle_since
+
+    def expire(self, now: float) -> None:
+        """Close the connection, or end a call, that waited longer than GrpcLimits
+        allow: idle (a graceful GOAWAY), a header block or frame that stopped arriving, a
+        client that takes no response (GOAWAY ENHANCE_YOUR_CALM); a call whose request
+        message stopped arriving ends CANCELLED."""
+        transport = self.transport
+        if transport is None or self._shut or transport.is_closing():
+            return
+        reason = self._guard.expired(now, self._reading_paused)
+        if reason == "idle":
             self.close_idle()
+            return
+        if reason:
+            self._calm(reason)
+            return
+        timeout = self._guard.limits.body_timeout_s
+        if not timeout or self._reading_paused:  # the server stopped reading, not they
+            return
+        for call in list(self._calls.values()):
+            reading = not call.half_closed and (call.queue is None
+                                                or call.deframer.in_message)
+            if reading and now - call.read_at > timeout:
+                self._refuse(call, grpc.StatusCode.CANCELLED,
+                             f"no request message data received for {timeout:g} s")
+
+    def _calm(self, reason: str) -> None:
+        """End the connection for abuse or a timeout: GOAWAY ENHANCE_YOUR_CALM, then
+        close; at once (the send buffer dropped) when the client reads nothing."""
+        transport = self.transport
+        log.info("gRPC connection from %s closed: %s", transport.get_extra_info("peername"),
+                 reason)
+        try:
+            self._conn.close(ENHANCE_YOUR_CALM)
+            transport.write(self._conn.data_to_send())
+        except zttp.ProtocolError:
+            pass
+        if self._writable is not None or self._guard.waiting_since is not None:
+            transport.abort()
+        else:
+            self.shut()
+
+    def _refuse_connection(self) -> None:
+        """Past the connection cap with no idle connection to close: GOAWAY
+        ENHANCE_YOUR_CALM (the client's calls fail UNAVAILABLE) and close."""
+        connections = self._server.connections
+        connections.errors.line(
+            logging.WARNING, "grpc-refused",
+            f"gRPC connection from {self.transport.get_extra_info('peername')} refused: "
+            f"the server holds as many connections as it accepts "
+            f"({connections.max_connections}, --grpc-max-connections)")
+        self._conn.close(ENHANCE_YOUR_CALM, 0)
+        self.transport.write(self._conn.data_to_send())
+        self._shut = True
+        self.transport.close()  # at once: its descriptor is what the cap keeps free
 
     # -- shutdown ---------------------------------------------------------------------
     def go_away(self) -> None:
@@ -386,10 +559,13 @@ class GrpcConnection(asyncio.Protocol):
             self._conn.close(0, _LAST_STREAM)
             self._flush()
 
-    def close_idle(self) -> None:
+    def close_idle(self, at_once: bool = True) -> None:
         """The server stops: once no call runs here, GOAWAY (naming the last stream
         taken) and close. Until then the calls finish undisturbed: a GOAWAY while a
-        stream still has its trailers to come made grpc's client lose them now and then."""
+        stream still has its trailers to come made grpc's client lose them now and then.
+        `at_once` (an idle connection past its timeout, or making room under the cap):
+        closed after the GOAWAY is written, so that its descriptor is free at once;
+        otherwise (the server stops) half-closed first (`shut`)."""
         if self._calls or self.transport is None or self._shut \
                 or self.transport.is_closing():
             return
@@ -401,7 +577,11 @@ class GrpcConnection(asyncio.Protocol):
         out = self._conn.data_to_send()
         if out:
             self.transport.write(out)
-        self.shut()
+        if at_once:
+            self._shut = True
+            self.transport.close()
+        else:
+            self.shut()
 
     def shut(self) -> None:
         """Close after what was written: half-close (FIN) and let the client close its

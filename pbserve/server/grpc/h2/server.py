@@ -7,12 +7,17 @@ thread. Why it exists and what it gives: docs/performance.md ("gRPC transport").
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from pbserve.server.grpc.h2.connection import SHUT_WAIT_S, GrpcConnection
+from pbserve.server.grpc.h2.limits import GrpcLimits
+from pbserve.server.grpc.h2.pending import PendingRequests
 from pbserve.server.grpc.handlers import SERVICE, method_handlers
 from pbserve.server.grpc.wire import RequestGatherer
+from pbserve.server.error_log import ErrorLog
+from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
@@ -49,6 +54,7 @@ class H2GrpcServer:
     """A listening zttp gRPC server; `close()` stops it."""
 
     def __init__(self, servicer: Any, handlers: dict[str, Any], limit: int,
+                 limits: GrpcLimits = GrpcLimits(),
                  gatherers: dict[str, Callable[[int], Any]] | None = None) -> None:
         self._servicer = servicer
         # "/inference.GRPCInferenceService/ModelInfer" -> grpc.RpcMethodHandler
@@ -57,7 +63,10 @@ class H2GrpcServer:
         # Deframer's `gatherer`)
         self.gatherers = gatherers or {}
         self.limit = limit  # the largest request message taken, in bytes
-        self.connections: set[GrpcConnection] = set()
+        self.limits = limits  # timeouts, caps (limits.py)
+        self.connections = ConnectionSet(limits)  # the cap, and the timeouts' sweeper
+        self.connections.errors = ErrorLog(logging.getLogger("pbserve.grpc"))
+        self.pending = PendingRequests(limits.max_pending_per_connection, limits.max_pending)
         self.closing = False
         self._listener: asyncio.AbstractServer | None = None
         self.port = 0
@@ -67,9 +76,13 @@ class H2GrpcServer:
         if tls is not None:
             context = tls.ssl_context()
             context.set_alpn_protocols(["h2"])
+        options: dict[str, Any] = {}
+        if tls is not None and self.limits.header_timeout_s:  # a handshake is a head's
+            options["ssl_handshake_timeout"] = self.limits.header_timeout_s
         loop = asyncio.get_running_loop()
         self._listener = await loop.create_server(lambda: GrpcConnection(self), host, port,
-                                                  ssl=context)
+                                                  ssl=context, **options)
+        self.connections.start()
         sockets = self._listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else port
 
@@ -78,12 +91,13 @@ class H2GrpcServer:
         open streams read no more requests. Each connection is closed (GOAWAY, then a
         half-close) as soon as no call runs on it."""
         self.closing = True
+        self.connections.stop()
         if self._listener is not None:
             self._listener.close()
         if self._servicer is not None:
             self._servicer.stop_streams()
         for connection in list(self.connections):
-            connection.close_idle()
+            connection.close_idle(at_once=False)
         tasks = [task for connection in self.connections for task in connection.tasks]
         if tasks:
             _, left = await asyncio.wait(tasks, timeout=grace)
@@ -92,7 +106,7 @@ class H2GrpcServer:
             if left:
                 await asyncio.wait(left, timeout=1.0)
         for connection in list(self.connections):
-            connection.close_idle()
+            connection.close_idle(at_once=False)
         deadline = asyncio.get_running_loop().time() + SHUT_WAIT_S + 0.1
         while self.connections and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # the clients close their ends (SHUT_WAIT_S at most)
