@@ -72,6 +72,7 @@ class FakeServer:
     def __init__(self) -> None:
         limits = GrpcLimits(max_pending_per_connection=4, max_pending=6)
         self.handlers = h2_handlers(EchoServicer(), None)
+        self.gatherers: dict = {}  # messages this small are never gathered (GATHER_MIN_BYTES)
         self.limit = 1 << 16
         self.limits = limits
         self.connections = ConnectionSet(limits)
