@@ -14,6 +14,7 @@ from pbserve.backend.repository.execution_env import stub_python
 from pbserve.backends import PYTHON_BACKEND, find_backend_model
 from pbserve.backend.instances.instance import (
     InstanceServices, ModelInstance, RunningInstances)
+from pbserve.backend.instances.model_debug import is_debugged
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
@@ -169,6 +170,10 @@ class Model:
                                     str(self.model_path), args, self._python,
                                     backend_path)
                 self.instances.append(ModelInstance(spec, self._services, self, self._log))
+                if is_debugged(self.name):  # its one stub gets the terminal
+                    self._log.warning("--model-debug: model '%s' runs a single instance, %s",
+                                self.name, instance_name)
+                    return
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
         """Adopt the completed config: what `initialize` gets and requests are checked by."""

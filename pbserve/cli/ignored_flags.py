@@ -14,7 +14,7 @@ from pbserve.backend.config.config_sources import parse_backend_config
 log = logging.getLogger("pbserve")
 
 IGNORED = (
-    "id", "model-load-retry-count", "model-namespacing", "enable-peer-access",
+    "id", "model-load-retry-count", "enable-peer-access",
     "reuse-http-port", "reuse-grpc-port", "http-header-forward-pattern",
     "grpc-header-forward-pattern", "allow-sagemaker", "sagemaker-port",
     "sagemaker-safe-port-range", "sagemaker-thread-count", "allow-vertex-ai", "vertex-ai-port",

@@ -4,6 +4,7 @@ the ignored ones have their tables in trace_flags.py and ignored_flags.py)."""
 from __future__ import annotations
 
 import argparse
+import sys
 import os
 
 from pbserve.backend.instances.outage import RESTART_WAIT_S
@@ -132,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-format", choices=["default", "ISO8601"], default="default")
     add("--log-file", default="", help="append the log to this file instead of stderr")
     add("--strict-readiness", type=_bool, default=True)
+    add("--model-namespacing", type=_bool, nargs="?", const=True, default=False,
+        help="a model name found in several repositories is a model per repository: an "
+             "ensemble calls its own repository's; a client cannot name them (as "
+             "tritonserver)")
     add("--backend-config", action="append", default=[],
         help="<backend>,<setting>=<value>: python,default-max-batch-size=N, "
              "python,shm-default-byte-size=N (each pool's first region, default 1 MiB) and "
@@ -149,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit when a model fails to load at start-up (tritonserver's default)")
     add("--model-load-thread-count", type=int, default=4,
         help="models loaded at once at start-up")
+    add("--model-debug", default="", metavar="MODEL",
+        help="pbserve: MODEL runs a single instance whose stub has this terminal: "
+             "breakpoint() in its model.py opens pdb here (run in the foreground)")
+    add("--model-debug-port", default="", metavar="[HOST:]PORT",
+        help="pbserve: the --model-debug model's stub starts debugpy listening here for "
+             "an IDE to attach (the [debug] extra); breakpoint() stops in the IDE")
     add_trace_flags(parser)
     add_ignored_flags(parser)
     return parser
@@ -158,6 +169,11 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     """`parser.error` (exit status 2) for flags that parse but do not fit together."""
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
+    if args.model_debug_port and not args.model_debug:
+        parser.error("--model-debug-port needs --model-debug <model>")
+    if args.model_debug and not args.model_debug_port and not sys.stdin.isatty():
+        parser.error("--model-debug needs pbserve in the foreground of a terminal "
+                     "(its stdin is not one), or --model-debug-port")
     if args.plane_inline_max_bytes < 0 or args.data_plane_ttl_secs <= 0:
         parser.error("--plane-inline-max-bytes must be >= 0 and --data-plane-ttl-secs > 0")
     port = args.data_plane_address.rpartition(":")[2] if ":" in args.data_plane_address \

@@ -3,7 +3,9 @@
 Triton's layout: each subdirectory of a repository is a model (hidden ones included,
 as Triton does), each numeric subdirectory of a model is a version. Several
 repositories may be given; a name found in more than one is unusable (Triton's
-rule) but does not affect the other models. This module only reads.
+rule) but does not affect the other models, unless `--model-namespacing`: then each
+place is a model of its own, keyed `<repository>::<name>` (Triton's ModelIdentifier).
+This module only reads.
 """
 
 from __future__ import annotations
@@ -35,10 +37,26 @@ class ModelSource:
     repository: Path
 
 
+def namespaced_key(repository: Path, name: str) -> str:
+    """The key of model `name` of `repository` when its name is in several repositories
+    and --model-namespacing is on (Triton's ModelIdentifier::str())."""
+    return f"{repository}::{name}"
+
+
+def split_key(key: str, repositories: Iterable[Path]) -> tuple[str, Path | None]:
+    """A model key's name and repository (None for a plain name)."""
+    for repository in repositories:
+        prefix = f"{repository}::"
+        if key.startswith(prefix):
+            return key[len(prefix):], Path(repository)
+    return key, None
+
+
 @dataclass
 class RepositoryScan:
     """Every model name found: `models` are usable, `duplicates` maps each name seen in
-    two or more repositories to all its places (index it as UNAVAILABLE, DUPLICATE_REASON)."""
+    two or more repositories to all its places (index it as UNAVAILABLE, DUPLICATE_REASON).
+    With namespacing such places are in `models`, under their namespaced_key."""
 
     models: dict[str, ModelSource] = field(default_factory=dict)
     duplicates: dict[str, list[ModelSource]] = field(default_factory=dict)
@@ -48,7 +66,8 @@ class RepositoryScan:
         return sorted({*self.models, *self.duplicates})
 
 
-def scan_repositories(repositories: Iterable[Path]) -> RepositoryScan:
+def scan_repositories(repositories: Iterable[Path], namespacing: bool = False
+                      ) -> RepositoryScan:
     """Find every model of every repository (Triton's Poll of all models)."""
     places: dict[str, list[ModelSource]] = {}
     for repository in repositories:
@@ -61,6 +80,9 @@ def scan_repositories(repositories: Iterable[Path]) -> RepositoryScan:
         sources = places[name]
         if len(sources) == 1:
             scan.models[name] = sources[0]
+        elif namespacing:
+            for source in sources:
+                scan.models[namespaced_key(source.repository, name)] = source
         else:
             scan.duplicates[name] = sources
             log.error("failed to poll model '%s': not unique across all model repositories",
@@ -69,9 +91,15 @@ def scan_repositories(repositories: Iterable[Path]) -> RepositoryScan:
 
 
 def find_model(repositories: Iterable[Path], name: str) -> ModelSource:
-    """The one place of model `name` for an explicit load, with Triton's errors: a
-    bad name is INVALID_ARG; absent or in two repositories is Triton's INTERNAL
-    "failed to poll" (the log says which)."""
+    """The one place of model `name` (or namespaced key) for an explicit load, with
+    Triton's errors: a bad name is INVALID_ARG; absent or in two repositories is Triton's
+    INTERNAL "failed to poll" (the log says which)."""
+    repositories = list(repositories)
+    plain, repository = split_key(name, repositories)
+    if repository is not None:
+        if (repository / plain).is_dir():
+            return ModelSource(plain, repository / plain, repository)
+        name = plain
     check_model_name(name)
     sources = [ModelSource(name, Path(r) / name, Path(r)) for r in repositories
                if (Path(r) / name).exists()]
