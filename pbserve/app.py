@@ -23,6 +23,7 @@ from pbserve.backend.manager import ModelManager
 from pbserve.backend.observability.tracing import TRACER
 from pbserve.backends import set_backend_directory
 from pbserve.backend.instances.model_debug import set_model_debug
+from pbserve.backend.instances.rate_limiter import parse_resource, set_rate_limit
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server
@@ -93,6 +94,7 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelM
         return None
     set_backend_directory(args.backend_directory)
     set_model_debug(args.model_debug, args.model_debug_port, sys.stdin.isatty())
+    set_rate_limit(args.rate_limit.lower(), [parse_resource(r) for r in args.rate_limit_resource])
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,

@@ -8,6 +8,7 @@ import sys
 import os
 
 from pbserve.backend.instances.outage import RESTART_WAIT_S
+from pbserve.backend.instances.rate_limiter import parse_resource
 from pbserve.cli.ignored_flags import add_ignored_flags
 from pbserve.cli.trace_flags import add_trace_flags
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV
@@ -154,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit when a model fails to load at start-up (tritonserver's default)")
     add("--model-load-thread-count", type=int, default=4,
         help="models loaded at once at start-up")
+    add("--rate-limit", default="off", metavar="MODE",
+        help="execution_count: an instance whose group has rate_limiter config starts an "
+             "execution only when its resources are free, in priority order; off (default)")
+    add("--rate-limit-resource", action="append", default=[],
+        metavar="<resource_name>:<count>[:<device>]",
+        help="the copies of a rate-limiter resource (per device, or on <device>); by "
+             "default the most any loaded instance asks for")
     add("--model-debug", default="", metavar="MODEL",
         help="pbserve: MODEL runs a single instance whose stub has this terminal: "
              "breakpoint() in its model.py opens pdb here (run in the foreground)")
@@ -169,6 +177,13 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     """`parser.error` (exit status 2) for flags that parse but do not fit together."""
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
+    if args.rate_limit.lower() not in ("execution_count", "off"):
+        parser.error("invalid argument for --rate-limit")
+    for resource in args.rate_limit_resource:
+        try:
+            parse_resource(resource)
+        except ValueError as err:
+            parser.error(str(err))
     if args.model_debug_port and not args.model_debug:
         parser.error("--model-debug-port needs --model-debug <model>")
     if args.model_debug and not args.model_debug_port and not sys.stdin.isatty():
