@@ -303,7 +303,8 @@ class Model:
         decoupled model are not waited for: `finalize` ends them (the requests get an
         error), as a stream may run for as long as its client likes."""
         deadline = time.monotonic() + timeout
-        while any(i.busy or (i.inflight and not self.decoupled) for i in self.instances) \
+        while any(i.busy or i.staged or (i.inflight and not self.decoupled)
+                  for i in self.instances) \
                 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 

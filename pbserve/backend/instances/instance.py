@@ -129,6 +129,11 @@ class ModelInstance:
                 and self.hop.may_queue_ahead())
 
     @property
+    def staged(self) -> bool:
+        """Whether a batch waits for this instance's rate-limiter resources."""
+        return self._staged is not None
+
+    @property
     def ready(self) -> bool:
         return (self._supervisor.state is InstanceState.READY and not self.busy
                 and self._staged is None)
