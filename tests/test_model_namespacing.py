@@ -8,6 +8,7 @@ tritonserver 2.51 started with the same repositories and flag.
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +153,25 @@ def test_explicit_load_and_unload_take_every_place_of_the_name(
         assert not http.is_model_ready("ens_B")  # it went with its step, as in Triton
         assert {m.get("state") for m in http.get_model_repository_index()
                 if m["name"] == "m"} == {"UNAVAILABLE"}
+
+
+def test_poll_mode_adds_the_second_place_of_a_name_beside_the_first(tmp_path: Path) -> None:
+    a, b = tmp_path / "repoA", tmp_path / "repoB"
+    _python_model(a, "m", ADD.format(add=1))
+    b.mkdir()
+    args = ["--model-namespacing=true", "--model-control-mode=poll",
+            "--repository-poll-secs=0.2"]
+    with running_server(a, b, args=args, log_path=tmp_path / "log") as server:
+        http = server.http_client()
+        assert _infer(http, "m").tolist() == [1.0, 1.0]
+        _python_model(b, "m", ADD.format(add=2))
+        deadline = time.monotonic() + 60
+        while sum(m.get("state") == "READY" for m in http.get_model_repository_index()) < 2:
+            assert time.monotonic() < deadline, http.get_model_repository_index()
+            time.sleep(0.1)
+        assert [(m["name"], m["state"]) for m in http.get_model_repository_index()] == [
+            ("m", "READY"), ("m", "READY")]
+        with pytest.raises(InferenceServerException, match="global map"):
+            _infer(http, "m")
+    # the first one served on, untouched
+    assert server.log_text().count(f"successfully loaded '{a.resolve()}::m'") == 1

@@ -334,7 +334,7 @@ class ModelManager:
                          files: dict[str, bytes] | None = None) -> None:
         check_explicit(self.control_mode)
         places = [] if files else self._ns.keys_of(name, self._scan().models)
-        if len(places) > 1:  # --model-namespacing: every place of the name
+        if places and places != [name]:  # --model-namespacing: every place of the name
             for key in places:
                 await self.load_model(key, config)
             return
@@ -356,7 +356,7 @@ class ModelManager:
         (those that no other loaded ensemble calls)."""
         check_explicit(self.control_mode)
         places = self._ns.keys_of(name, self._entries)
-        if len(places) > 1:  # --model-namespacing: every place of the name
+        if places and places != [name]:  # --model-namespacing: every place of the name
             for key in places:
                 await self.unload_model(key, unload_dependents)
             return

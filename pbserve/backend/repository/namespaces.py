@@ -1,8 +1,9 @@
 """`--model-namespacing`: a model name found in several repositories is a model per
 repository, as in Triton's ModelRepositoryManager.
 
-Each place of such a name is keyed `<repository>::<name>` (repository.py
-`namespaced_key`); a name found once keeps its plain key. As in Triton 2.51:
+With namespacing every model is keyed `<repository>::<name>` in the manager
+(repository.py `namespaced_key`; a model loaded from files sent with the load request
+keeps its plain name, as in Triton). As in Triton 2.51:
 - an ensemble's step names a model of the ensemble's own repository first, and any
   other only when its name is unique (Triton's FindNode with fuzzy matching);
 - a client's request, metadata or config call naming an ambiguous name fails with
@@ -15,7 +16,7 @@ Each place of such a name is keyed `<repository>::<name>` (repository.py
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from pbserve.backend.repository.repository import namespaced_key, split_key
@@ -28,6 +29,8 @@ class Namespaces:
     def __init__(self, repositories: list[Path], enabled: bool) -> None:
         self.repositories = repositories
         self.enabled = enabled
+        self._by_name: dict[str, list[str]] = {}  # of the manager's keys (they only grow)
+        self._indexed = 0
 
     def name(self, key: str) -> str:
         """The model name a key stands for (what the model, its stubs and the index see)."""
@@ -43,12 +46,17 @@ class Namespaces:
             return [name] if name in keys else []
         return [k for k in keys if k == name or self.name(k) == name]
 
-    def resolve(self, name: str, keys: Iterable[str]) -> str:
-        """The one key a client's `name` addresses; Triton's INVALID_ARG when it names
-        several models (the caller reports an unknown name as before)."""
-        if not self.enabled:
+    def resolve(self, name: str, keys: Collection[str]) -> str:
+        """The one key a client's `name` addresses among the manager's `keys`; Triton's
+        INVALID_ARG when it names several models (an unknown name comes back as is)."""
+        if not self.enabled or name in keys:
             return name
-        found = self.keys_of(name, keys)
+        if len(keys) != self._indexed:
+            self._by_name = {}
+            for key in keys:
+                self._by_name.setdefault(self.name(key), []).append(key)
+            self._indexed = len(keys)
+        found = self._by_name.get(name, [])
         if len(found) > 1:
             raise ServerError(ErrorCode.INVALID_ARG, ambiguous_message(name, len(found)))
         return found[0] if found else name

@@ -4,7 +4,8 @@ Triton's layout: each subdirectory of a repository is a model (hidden ones inclu
 as Triton does), each numeric subdirectory of a model is a version. Several
 repositories may be given; a name found in more than one is unusable (Triton's
 rule) but does not affect the other models, unless `--model-namespacing`: then each
-place is a model of its own, keyed `<repository>::<name>` (Triton's ModelIdentifier).
+place is a model of its own, and every model is keyed `<repository>::<name>` (Triton's
+ModelIdentifier).
 This module only reads.
 """
 
@@ -38,8 +39,8 @@ class ModelSource:
 
 
 def namespaced_key(repository: Path, name: str) -> str:
-    """The key of model `name` of `repository` when its name is in several repositories
-    and --model-namespacing is on (Triton's ModelIdentifier::str())."""
+    """The key of model `name` of `repository` with --model-namespacing (Triton's
+    ModelIdentifier::str())."""
     return f"{repository}::{name}"
 
 
@@ -56,7 +57,7 @@ def split_key(key: str, repositories: Iterable[Path]) -> tuple[str, Path | None]
 class RepositoryScan:
     """Every model name found: `models` are usable, `duplicates` maps each name seen in
     two or more repositories to all its places (index it as UNAVAILABLE, DUPLICATE_REASON).
-    With namespacing such places are in `models`, under their namespaced_key."""
+    With namespacing every model is in `models`, under its namespaced_key."""
 
     models: dict[str, ModelSource] = field(default_factory=dict)
     duplicates: dict[str, list[ModelSource]] = field(default_factory=dict)
@@ -78,11 +79,11 @@ def scan_repositories(repositories: Iterable[Path], namespacing: bool = False
     scan = RepositoryScan()
     for name in sorted(places):
         sources = places[name]
-        if len(sources) == 1:
-            scan.models[name] = sources[0]
-        elif namespacing:
+        if namespacing:
             for source in sources:
                 scan.models[namespaced_key(source.repository, name)] = source
+        elif len(sources) == 1:
+            scan.models[name] = sources[0]
         else:
             scan.duplicates[name] = sources
             log.error("failed to poll model '%s': not unique across all model repositories",
