@@ -4,6 +4,7 @@ the ignored ones have their tables in trace_flags.py and ignored_flags.py)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import os
 
@@ -186,6 +187,8 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             parser.error(str(err))
     if args.model_debug_port and not args.model_debug:
         parser.error("--model-debug-port needs --model-debug <model>")
+    if args.model_debug_port and importlib.util.find_spec("debugpy") is None:
+        parser.error("--model-debug-port needs debugpy: pip install 'pbserve[debug]'")
     if args.model_debug and not args.model_debug_port and not sys.stdin.isatty():
         parser.error("--model-debug needs pbserve in the foreground of a terminal "
                      "(its stdin is not one), or --model-debug-port")
