@@ -1,6 +1,7 @@
 """--rate-limit execution_count with rate_limiter config, against a real server: an
 instance starts only when its resources are free, staged instances go in priority
-order, and Triton's flag and load errors (words taken from tritonserver 2.51)."""
+order, and Triton's flag and load errors (words taken from tritonserver 2.51). The
+priority test's models give the same order on tritonserver 2.51 (blocker, p1, p2)."""
 
 from __future__ import annotations
 
