@@ -12,6 +12,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,8 @@ from pbserve.backend.observability.tracing import TRACER
 from pbserve.backend.repository.cloud_repository import CloudRepositories
 from pbserve.backends import set_backend_directory
 from pbserve.server.grpc.h2.limits import GrpcLimits
+from pbserve.backend.instances.model_debug import set_model_debug
+from pbserve.backend.instances.rate_limiter import parse_resource, set_rate_limit
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server
@@ -97,6 +100,8 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings,
     if not args.model_repository:
         return None
     set_backend_directory(args.backend_directory)
+    set_model_debug(args.model_debug, args.model_debug_port, sys.stdin.isatty())
+    set_rate_limit(args.rate_limit.lower(), [parse_resource(r) for r in args.rate_limit_resource])
     paths = repositories.paths if repositories is not None else args.model_repository
     manager = ModelManager([Path(p) for p in paths],
                            control_mode=args.model_control_mode,
@@ -108,7 +113,8 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings,
                            allow_client_shm=args.allow_client_shm,
                            restart_wait_s=args.restart_wait_secs,
                            refresh=repositories.refresh if repositories is not None
-                           and repositories.has_cloud else None)
+                           and repositories.has_cloud else None,
+                           model_namespacing=args.model_namespacing)
     manager.strict_readiness = args.strict_readiness
     if settings.cache_size:
         manager.response_cache = ResponseCache(settings.cache_size)

@@ -26,6 +26,7 @@ from typing import Callable
 
 from pbserve.backend.polling.linger import idle_turn
 from pbserve.backend.instances.private_dir import UntrustedDirectory, check_private
+from pbserve.backend.instances.stub_output import StubOutput
 from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
@@ -94,7 +95,10 @@ class StubProcess:
     def __init__(self, instance_name: str, loop: asyncio.AbstractEventLoop,
                  on_messages: Callable[[list[tuple]], None],
                  on_exit: Callable[[int], None], python: str | None = None,
-                 queue_capacity: int = 1 << 20, sizes: ShmSizes = ShmSizes()) -> None:
+                 queue_capacity: int = 1 << 20, sizes: ShmSizes = ShmSizes(),
+                 debug_args: list[str] | None = None) -> None:
+        """`debug_args`: model_debug.py's; with --debug-terminal the stub gets the
+        server's terminal, else its stdout and stderr go to the log (stub_output.py)."""
         self.instance_name = instance_name
         self.prefix = new_prefix()
         self._loop = loop
@@ -114,8 +118,11 @@ class StubProcess:
                  "--parent-pid", str(os.getpid()), "--name", instance_name,
                  "--doorbell-fd", str(doorbell.fd),
                  "--shm-default-byte-size", str(sizes.default),
-                 "--shm-growth-byte-size", str(sizes.growth)],
-                env=stub_environment(), stdin=subprocess.DEVNULL, pass_fds=(doorbell.fd,))
+                 "--shm-growth-byte-size", str(sizes.growth), *(debug_args or [])],
+                env=stub_environment(), pass_fds=(doorbell.fd,),
+                **({} if "--debug-terminal" in (debug_args or []) else
+                   {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
+                    "stderr": subprocess.PIPE}))
         except BaseException:
             for queue in queues:
                 queue.unlink()
@@ -124,6 +131,8 @@ class StubProcess:
                 doorbell.close()
             unlink_prefix(self.prefix)
             raise
+        self.output = StubOutput(instance_name, self.proc.stdout, self.proc.stderr) \
+            if self.proc.stdout is not None and self.proc.stderr is not None else None
         self.main_q, self.control_q, self.up_q = queues
         self._doorbell = doorbell
         self.pid = self.proc.pid

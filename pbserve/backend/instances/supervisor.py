@@ -18,6 +18,7 @@ from typing import Protocol
 
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.instances.user_readiness import UserReadiness
+from pbserve.backend.instances.model_debug import stub_debug_args
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap, ShmSizes
@@ -153,7 +154,8 @@ class StubSupervisor:
         """Start the stub process and wait for its handshake (no model code runs yet)."""
         self.state = InstanceState.STARTING
         self.stub = StubProcess(self.spec.name, self._loop, self._host.on_messages,
-                                self._on_exit, python=self.spec.python, sizes=self._sizes)
+                                self._on_exit, python=self.spec.python, sizes=self._sizes,
+                                debug_args=stub_debug_args(self.spec.model_name))
         try:
             await self._expect(p.READY, "start")
         except BaseException:

@@ -39,11 +39,14 @@ class RepositoryPoller:
                  load: Callable[[str], Awaitable[None]],
                  unload: Callable[[str], Awaitable[None]],
                  loaded: Callable[[], dict[str, tuple]],
-                 refresh: Callable[[], Awaitable[None]] | None = None) -> None:
+                 refresh: Callable[[], Awaitable[None]] | None = None,
+                 namespacing: bool = False) -> None:
         """`refresh`: brings the repositories' local copies up to date before each look
-        (cloud repositories: cloud_repository.py)."""
+        (cloud repositories: cloud_repository.py); `namespacing`: --model-namespacing
+        (repository.py)."""
         self._repositories = repositories
         self._refresh = refresh
+        self._namespacing = namespacing
         self._interval_s = interval_s
         self._load = load
         self._unload = unload
@@ -69,7 +72,7 @@ class RepositoryPoller:
     async def poll(self) -> None:
         if self._refresh is not None:
             await self._refresh()
-        scanned = scan_repositories(self._repositories)
+        scanned = scan_repositories(self._repositories, self._namespacing)
         known = self._loaded()
         work = []
         for name, source in scanned.models.items():
