@@ -101,6 +101,7 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelM
                            restart_wait_s=args.restart_wait_secs)
     manager.strict_readiness = args.strict_readiness
     manager.load_thread_count = args.model_load_thread_count
+    manager.stub_zygote = args.stub_zygote
     return manager
 
 

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pbserve.testing import RunningServer, running_nats
+from pbserve.testing import RunningServer, running_nats, stub_pids
 from shm.names import sweep_dead_owners
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,8 +227,7 @@ def survivor_name(c: Cluster, server: RunningServer) -> str:
 
 
 def _stub_pids(worker_pid: int) -> list[int]:
-    with open(f"/proc/{worker_pid}/task/{worker_pid}/children") as f:
-        return [int(p) for p in f.read().split()]
+    return stub_pids(worker_pid)
 
 
 def _busy_worker(c: Cluster) -> str | None:

@@ -40,6 +40,8 @@ from pbserve.backend.repository.dependencies import (
 from pbserve.backend.repository.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.stub_launch import PlainLauncher, StubLauncher
+from pbserve.backend.instances.zygote_launcher import ZygoteLauncher
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
 from shm.names import new_prefix, sweep_dead_owners
@@ -89,6 +91,9 @@ class ModelManager:
     # --model-load-thread-count (start-up loads at once); set before start()
     strict_readiness = True
     load_thread_count = 4
+    # pbserve's --stub-zygote: stubs forked by a zygote (zygote_launcher.py) or each
+    # started as its own `python -m stub` (stub_launch.py's PlainLauncher)
+    stub_zygote = True
 
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
@@ -122,6 +127,7 @@ class ModelManager:
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
                                                  allow_client_shm, visible_gpus)
         self._live = False
+        self._launcher: StubLauncher = PlainLauncher()
 
     # -- server lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -131,6 +137,8 @@ class ModelManager:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
         for directory in sweep_dead_overrides():
             log.info("removed %s, model files a dead server was loaded from", directory)
+        if self.stub_zygote:
+            self._launcher = ZygoteLauncher()
         sizes = self.config_sources.shm_sizes
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)
@@ -188,6 +196,7 @@ class ModelManager:
         self._waiting.clear()
         await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
                              return_exceptions=True)
+        await self._launcher.close()
         self.shared_memory.close()
         self._upkeep.stop()
         if self._pool is not None:
@@ -420,7 +429,8 @@ class ModelManager:
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
                           self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep,
-                          on_request_done=self._linger.after_request)
+                          on_request_done=self._linger.after_request,
+                          launcher=self._launcher)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

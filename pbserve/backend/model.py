@@ -24,6 +24,7 @@ from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduling.scheduler import Scheduler
 from pbserve.backend.scheduling.sequence_batcher import SequenceBatcher
 from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.stub_launch import StubLauncher
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.observability.tracing import TRACER, Trace
 from pbserve.backend.validation import RequestValidator
@@ -54,7 +55,8 @@ class Model:
                  running: RunningInstances | None = None,
                  restart_wait_s: float = RESTART_WAIT_S,
                  upkeep: ShmUpkeep | None = None,
-                 on_request_done: Callable[[], None] | None = None) -> None:
+                 on_request_done: Callable[[], None] | None = None,
+                 launcher: StubLauncher | None = None) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
@@ -63,7 +65,7 @@ class Model:
         self.stats = ModelStats(name, self.version)
         self._refs = refs
         self._services = InstanceServices(regions, calls, running or RunningInstances(),
-                                          refs, upkeep)
+                                          refs, upkeep, launcher)
         self._on_request_done = on_request_done  # after each request's (final) response
         self._stages = False  # whether requests are queued with their inputs out of shm
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter

@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit when a model fails to load at start-up (tritonserver's default)")
     add("--model-load-thread-count", type=int, default=4,
         help="models loaded at once at start-up")
+    add("--stub-zygote", type=_bool, default=True,
+        help="pbserve's: true forks each stub from a zygote process that imported "
+             "numpy and the model API once (fast, shares that memory); false starts "
+             "each as its own `python -m stub`")
     add_trace_flags(parser)
     add_ignored_flags(parser)
     return parser
