@@ -139,11 +139,10 @@ RUNNERS = {"unary": _unary, "decoupled": _decoupled, "bls": _bls}
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(c) for c in text.split()]
+    """The server's stubs (its children, or its stub zygote's)."""
+    from pbserve.testing import stub_pids
+
+    return stub_pids(pid)
 
 
 def _stub_of(server_pid: int, model: str) -> int | None:

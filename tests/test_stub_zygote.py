@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -295,3 +296,28 @@ def test_an_interpreter_that_cannot_run_a_zygote_starts_its_stubs_the_plain_way(
         assert probe["ppid"] == server.pid
         assert "could not start" in server.log_text()
         assert "plain way" in server.log_text()
+
+
+def _context_switches(pid: int) -> int:
+    """Voluntary and involuntary, of every thread of `pid`."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for line in Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines():
+            if "ctxt_switches:" in line:
+                total += int(line.split()[1])
+    return total
+
+
+def test_idle_stubs_and_their_zygote_do_not_wake_up(tmp_path):
+    """No polling per stub when nothing happens: an idle stub (and the zygote) makes no
+    context switch in 2 s (each stub used to wake four times a second)."""
+    repo = probe_repo(tmp_path)
+    with running_server(repo, log_path=tmp_path / "log") as server:
+        report(server, "probe_a")
+        report(server, "probe_b")
+        watched = [*stub_pids(server.pid), *zygotes(server.pid)]
+        assert len(watched) == 3
+        time.sleep(1.0)  # the requests' after-effects: polls, a trim
+        before = [_context_switches(p) for p in watched]
+        time.sleep(2.0)
+        assert [_context_switches(p) for p in watched] == before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
@@ -41,6 +42,7 @@ from pbserve.backend.repository.repository_poller import RepositoryPoller, finge
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.instances.stub_calls import StubCalls
 from pbserve.backend.instances.stub_launch import PlainLauncher, StubLauncher
+from pbserve.backend.instances.stub_process import stub_environment
 from pbserve.backend.instances.zygote_launcher import ZygoteLauncher
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
@@ -146,6 +148,8 @@ class ModelManager:
         self._upkeep.start(self._pool)
         self._live = True
         names = self._startup_names()
+        if names and isinstance(self._launcher, ZygoteLauncher):
+            self._launcher.prepare(sys.executable, stub_environment())
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
         slots = asyncio.Semaphore(max(1, self.load_thread_count))
 

@@ -41,6 +41,18 @@ class ZygoteLauncher:
         self._unusable: set[tuple] = set()
         self._retired: list[Zygote] = []
 
+    def prepare(self, python: str, env: dict[str, str]) -> None:
+        """Start the zygote of `python` and `env` now (it imports while the server does
+        other start-up work); the first launch would start it otherwise."""
+        key = (python, tuple(sorted(env.items())))
+        if key not in self._zygotes and key not in self._unusable:
+            try:
+                zygote = Zygote(asyncio.get_running_loop(), python, env)
+            except OSError:
+                return  # the launch will say why
+            zygote.interpreter = _identity(os.stat(python))
+            self._zygotes[key] = zygote
+
     async def launch(self, python: str, args: list[str], env: dict[str, str],
                      doorbell_fd: int) -> LaunchedStub:
         key = (python, tuple(sorted(env.items())))
