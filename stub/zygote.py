@@ -27,6 +27,7 @@ server closes its end.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import select
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("--cmdline-room", default="",
                         help="filler: room for a forked stub's command line")
     args = parser.parse_args()
+    if not hasattr(socket, "recv_fds") or not hasattr(os, "waitstatus_to_exitcode"):
+        sys.exit("a stub zygote needs Python 3.9 or later")  # the server starts plainly
     die_with_parent(args.parent_pid)
     sock = socket.socket(fileno=args.fd)
     launch = serve(sock)
@@ -66,6 +69,9 @@ def serve(sock: socket.socket) -> tuple[list[str], int] | None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _no_op)
+    # What is imported now lives as long as the stubs: the collector leaves it alone, so
+    # that a stub's collections do not write to (and so copy) the shared pages.
+    gc.freeze()
     _send(sock, {"ready": os.getpid()})
     while True:
         readable, _, _ = select.select([sock, wake_r], [], [])

@@ -54,7 +54,7 @@ class ZygoteLauncher:
             self._zygotes[key] = zygote
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int) -> LaunchedStub:
+                     doorbell_fd: int, retried: bool = False) -> LaunchedStub:
         key = (python, tuple(sorted(env.items())))
         if key in self._unusable:
             return await self._plain.launch(python, args, env, doorbell_fd)
@@ -79,7 +79,13 @@ class ZygoteLauncher:
             log.warning("the stub zygote of %s could not start (%s): its stubs start the "
                         "plain way", python, err)
             return await self._plain.launch(python, args, env, doorbell_fd)
-        return await zygote.launch(args, doorbell_fd)
+        try:
+            return await zygote.launch(args, doorbell_fd)
+        except ConnectionError:
+            if not zygote.dead or retried:
+                raise
+        # the zygote ended under this launch (killed): once more, with a new one
+        return await self.launch(python, args, env, doorbell_fd, retried=True)
 
     async def close(self) -> None:
         zygotes, self._zygotes = [*self._zygotes.values(), *self._retired], {}
