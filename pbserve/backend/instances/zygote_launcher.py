@@ -95,11 +95,6 @@ class ZygoteLauncher:
         for zygote in zygotes:
             await zygote.wait_closed()
 
-    @property
-    def pids(self) -> list[int]:
-        """The running zygotes' pids (for tests)."""
-        return [z.pid for z in self._zygotes.values() if not z.dead]
-
 
 def _identity(stat: os.stat_result) -> tuple:
     return stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size
