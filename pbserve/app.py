@@ -12,6 +12,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +22,8 @@ from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.observability.tracing import TRACER
 from pbserve.backends import set_backend_directory
+from pbserve.backend.instances.model_debug import set_model_debug
+from pbserve.backend.instances.rate_limiter import parse_resource, set_rate_limit
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server
@@ -90,6 +93,8 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelM
     if not args.model_repository:
         return None
     set_backend_directory(args.backend_directory)
+    set_model_debug(args.model_debug, args.model_debug_port, sys.stdin.isatty())
+    set_rate_limit(args.rate_limit.lower(), [parse_resource(r) for r in args.rate_limit_resource])
     manager = ModelManager([Path(p) for p in args.model_repository],
                            control_mode=args.model_control_mode,
                            startup_models=args.load_model,
@@ -98,7 +103,8 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings) -> ModelM
                                args.model_config_defaults, args.backend_config),
                            poll_secs=args.repository_poll_secs,
                            allow_client_shm=args.allow_client_shm,
-                           restart_wait_s=args.restart_wait_secs)
+                           restart_wait_s=args.restart_wait_secs,
+                           model_namespacing=args.model_namespacing)
     manager.strict_readiness = args.strict_readiness
     manager.load_thread_count = args.model_load_thread_count
     manager.stub_zygote = args.stub_zygote

@@ -25,11 +25,17 @@ def main() -> None:
                         help="inherited eventfd to ring after each message to the parent")
     parser.add_argument("--shm-default-byte-size", type=int, default=DEFAULT_SIZE)
     parser.add_argument("--shm-growth-byte-size", type=int, default=DEFAULT_GROWTH)
+    parser.add_argument("--debug-terminal", action="store_true",
+                        help="this stub has the server's terminal (--model-debug)")
+    parser.add_argument("--debug-port", default="", help="[HOST:]PORT for debugpy")
     args = parser.parse_args()
     # A model sees no arguments, as in Triton's embedded interpreter: its own argparse or
     # unittest.main() must not read (and exit on) the stub's.
     sys.argv[:] = [""]
     die_with_parent(args.parent_pid)
+    from stub.debugging import set_up_debugging
+
+    set_up_debugging(args.name, args.debug_terminal, args.debug_port)
     from stub.stub import Stub
 
     sizes = ShmSizes(args.shm_default_byte_size, args.shm_growth_byte_size)

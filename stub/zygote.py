@@ -4,19 +4,20 @@ The server starts one per interpreter and stub environment (pbserve's
 `instances/zygote_launcher.py`). It imports what every stub imports (numpy,
 `backend_utils`, the stub package, the shm primitives) and then waits on its end of a
 SOCK_SEQPACKET socket pair. Each launch request is a JSON message with the stub's
-arguments and, passed with SCM_RIGHTS, the doorbell eventfd; the zygote forks, and the
-child becomes `python -m stub ARGS` (runpy runs `stub/__main__.py` as `__main__`, the
-interpreter then ends as that command would). The pages imported here are shared
-copy-on-write by every stub it forks.
+arguments and, passed with SCM_RIGHTS, the doorbell eventfd and the write ends of the
+stub's stdout and stderr pipes (the server logs their lines); the zygote forks, the
+child puts the pipes on its fds 1 and 2 first thing and becomes `python -m stub ARGS`
+(runpy runs `stub/__main__.py` as `__main__`, the interpreter then ends as that command
+would). The pages imported here are shared copy-on-write by every stub it forks.
 
 What a forked stub gets is what `python -m stub` gets from the server: the same
 environment (the zygote was started with it, and a stub needing another gets another
-zygote), no file descriptor but 0, 1, 2 and its doorbell, the default signal
-dispositions but the stub's own (SIGINT and SIGTERM handlers that do nothing), an empty
-signal mask. Its parent is the zygote: the stub's PR_SET_PDEATHSIG names the zygote,
-whose own names the server, so a server that dies takes the zygote and then every stub
-along. The zygote holds no thread when it forks (OpenBLAS stops its pool before a fork)
-and no shared memory.
+zygote), no file descriptor but 0 (/dev/null), 1 and 2 (its own pipes) and its doorbell,
+the default signal dispositions but the stub's own (SIGINT and SIGTERM handlers that do
+nothing), an empty signal mask. Its parent is the zygote: the stub's PR_SET_PDEATHSIG
+names the zygote, whose own names the server, so a server that dies takes the zygote and
+then every stub along. The zygote holds no thread when it forks (OpenBLAS stops its pool
+before a fork) and no shared memory.
 
 Messages to the server: {"ready": pid}; {"started": id, "pid": pid} or {"failed": id,
 "error": text} for each launch; {"exited": pid, "code": returncode} when a stub it forked
@@ -57,6 +58,7 @@ def main() -> None:
     if not hasattr(socket, "recv_fds") or not hasattr(os, "waitstatus_to_exitcode"):
         sys.exit("a stub zygote needs Python 3.9 or later")  # the server starts plainly
     die_with_parent(args.parent_pid)
+    _open_standard_fds()
     sock = socket.socket(fileno=args.fd)
     launch = serve(sock)
     if launch is not None:  # in a forked child: become the stub
@@ -65,7 +67,8 @@ def main() -> None:
 
 def serve(sock: socket.socket) -> tuple[list[str], int] | None:
     """Fork a stub for each request until the server goes; in a forked child, return
-    its arguments and doorbell fd (the zygote itself returns None)."""
+    its arguments and doorbell fd, its stdout and stderr in place (the zygote itself
+    returns None)."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _no_op)
@@ -88,13 +91,16 @@ def serve(sock: socket.socket) -> tuple[list[str], int] | None:
             return None
         request = json.loads(data)
         doorbell = fds[0] if fds else -1
+        stdio = fds[1:3] if len(fds) >= 3 else []
+        sys.stdout.flush()  # nothing of the zygote's in a stub's buffers
+        sys.stderr.flush()
         try:
             pid = os.fork()
         except OSError as err:
             _send(sock, {"failed": request["id"], "error": f"fork: {err}"})
             pid = -1
         if pid == 0:
-            _clean_child(sock, doorbell)
+            _clean_child(sock, doorbell, stdio)
             return list(request["argv"]), doorbell
         for fd in fds:
             os.close(fd)
@@ -135,9 +141,14 @@ def _show_command_line(argv: list[str]) -> None:
     ctypes.memmove(start, text + b"\0" * (room - len(text)), room)
 
 
-def _clean_child(sock: socket.socket, keep: int) -> None:
-    """What a stub must not inherit of the zygote: its signal set-up and every fd but
-    0, 1, 2 and its doorbell."""
+def _clean_child(sock: socket.socket, keep: int, stdio: list[int]) -> None:
+    """A stub's stdout and stderr (`stdio`, its pipes) onto 1 and 2; then what it must
+    not inherit of the zygote: its signal set-up and every fd but 0, 1, 2 and its
+    doorbell."""
+    for target, fd in zip((1, 2), stdio):  # all of them > 2: _open_standard_fds
+        os.dup2(fd, target)  # inheritable, as Popen leaves them
+    for fd in stdio:
+        os.close(fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sock.detach()  # closed below; the object must not close that number again later
@@ -147,6 +158,19 @@ def _clean_child(sock: socket.socket, keep: int) -> None:
         os.set_inheritable(keep, True)  # as Popen's pass_fds leaves it
     else:
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+
+
+def _open_standard_fds() -> None:
+    """/dev/null on any of 0, 1, 2 that is closed, so that no fd received later (a
+    doorbell, a pipe) has one of those numbers."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: `fd`
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def _reap(sock: socket.socket) -> None:

@@ -116,12 +116,12 @@ def test_model_load_thread_count_3_loads_them_together(tmp_path):
 def test_ignored_flags_are_accepted_and_named_in_a_warning(tmp_path):
     log = tmp_path / "log"
     args = ["--pinned-memory-pool-byte-size", "0", "--backend-directory", "/opt/x",
-            "--rate-limit-resource", "R1:10", "--rate-limit-resource", "R2:5",
+            "--host-policy", "gpu_0,numa-node=0", "--host-policy", "gpu_1,numa-node=1",
             "--backend-config", "python,shm-region-prefix-name=mine",
             "--backend-config", "python,default-max-batch-size=4"]
     with running_server(_repo(tmp_path, "log_probe"), args=args, log_path=log) as server:
         text = server.log_text()
-    for flag in ("--pinned-memory-pool-byte-size", "--rate-limit-resource"):
+    for flag in ("--pinned-memory-pool-byte-size", "--host-policy"):
         assert f"{flag} is accepted for compatibility with tritonserver and ignored" in text
     assert "--backend-config python,shm-region-prefix-name=mine is ignored" in text
     assert "default-max-batch-size" not in text  # used, so no warning

@@ -207,10 +207,15 @@ def test_signal_dispositions_and_the_parent_death_signal_are_the_same(reports):
 def test_no_fd_of_the_server_the_zygote_or_another_stub_leaks_into_a_stub(reports):
     zygote, plain = reports["zygote"], reports["plain"]
     assert fd_kinds(zygote["fds"]) == fd_kinds(plain["fds"])
-    standard = [[(fd, target.replace(f"{way}.log", "LOG"), inheritable)
+    standard = [[(fd, re.sub(r"\[\d+\]", "", target), inheritable)
                  for fd, target, inheritable in reports[way]["fds"] if fd <= 2]
                 for way in ("zygote", "plain")]
     assert standard[0] == standard[1]
+    # stdin /dev/null; stdout and stderr two pipes of the stub's own (to the log)
+    assert [target for _, target, _ in standard[0]] == ["/dev/null", "pipe:", "pipe:"]
+    for way in ("zygote", "plain"):
+        pipes = {target for fd, target, _ in reports[way]["fds"] if fd in (1, 2)}
+        assert len(pipes) == 2, way
     # the doorbell is the one eventfd, and no socket (the zygote's) is there
     assert [k for k, _ in fd_kinds(zygote["fds"])].count("anon_inode:[eventfd]") == 1
     assert not any("socket" in k or "pipe" in k for k, _ in fd_kinds(zygote["fds"]))

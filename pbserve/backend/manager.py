@@ -34,10 +34,12 @@ from pbserve.backend.instances.outage import RESTART_WAIT_S
 from pbserve.backend.polling.linger import Linger
 from pbserve.backend.config.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.backend.repository.repository import (
-    check_explicit, check_model_name, find_model, scan_repositories, served_versions)
+    RepositoryScan, check_explicit, check_model_name, find_model, scan_repositories,
+    served_versions)
 from pbserve.backend.instances.remote_calls import RemoteModels
 from pbserve.backend.repository.dependencies import (
     WaitingEnsembles, check_not_loading, loading)
+from pbserve.backend.repository.namespaces import Namespaces
 from pbserve.backend.repository.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.instances.stub_calls import StubCalls
@@ -74,12 +76,16 @@ class ModelEntry:
     # loaded for itself (at start or by the load API), not only as an ensemble's step:
     # unload_dependents leaves such a model loaded, as Triton does
     explicit: bool = False
+    # an ensemble's step names -> the keys they resolved to (namespaces.py)
+    step_keys: dict[str, str] = field(default_factory=dict)
 
     @property
     def composing(self) -> list[str]:
         """The models this ensemble's steps call ([] for a model that is not one)."""
         model = self.latest
-        return model.graph.model_names if isinstance(model, EnsembleModel) else []
+        if not isinstance(model, EnsembleModel):
+            return []
+        return [self.step_keys.get(n, n) for n in model.graph.model_names]
 
     @property
     def latest(self) -> Model | EnsembleModel | None:
@@ -100,10 +106,10 @@ class ModelManager:
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
                  config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
-                 allow_client_shm: bool = True, restart_wait_s: float = RESTART_WAIT_S
-                 ) -> None:
+                 allow_client_shm: bool = True, restart_wait_s: float = RESTART_WAIT_S,
+                 model_namespacing: bool = False) -> None:
         """`restart_wait_s`: how long requests wait for a model none of whose instances
-        can run (outage.py)."""
+        can run (outage.py); `model_namespacing`: --model-namespacing (namespaces.py)."""
         if control_mode not in ("none", "explicit", "poll"):
             raise invalid_arg(f"unsupported model control mode '{control_mode}'")
         self.repositories = [Path(r).resolve() for r in repositories]
@@ -112,10 +118,11 @@ class ModelManager:
         self.auto_complete = auto_complete
         self.config_sources = config_sources or ConfigSources()
         self.restart_wait_s = restart_wait_s
+        self._ns = Namespaces(self.repositories, model_namespacing)
         self._poller = RepositoryPoller(
             self.repositories, poll_secs, self._poll_load, self._poll_unload,
-            lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint}
-        ) if control_mode == "poll" else None
+            lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint},
+            model_namespacing) if control_mode == "poll" else None
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
@@ -164,14 +171,18 @@ class ModelManager:
             self._poller.start()
 
     def _startup_names(self) -> list[str]:
-        scanned = scan_repositories(self.repositories)
+        scanned = self._scan()
         for name in scanned.duplicates:
             entry = self._entry(name)
             entry.failed = True
             entry.reason = "failed to poll from model repository: model is not unique"
         if self.control_mode != "explicit" or "*" in self.startup_models:
             return list(scanned.models)
-        return list(dict.fromkeys(self.startup_models))
+        return list(dict.fromkeys(k for n in self.startup_models
+                                  for k in self._ns.keys_of(n, scanned.models) or [n]))
+
+    def _scan(self) -> RepositoryScan:
+        return scan_repositories(self.repositories, self._ns.enabled)
 
     def route_missing_to(self, remote: RemoteModels) -> None:
         """BLS calls to models not loaded here go to `remote` (other processes' models,
@@ -244,7 +255,7 @@ class ModelManager:
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.model(name, version)
-        entry = self._entries[name]
+        entry = self._entries[self._ns.resolve(name, self._entries)]
         return model_metadata(model.cfg, sorted(entry.versions, key=int))
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
@@ -254,10 +265,12 @@ class ModelManager:
         return self.model(name, version).decoupled
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        names = set(scan_repositories(self.repositories).names()) | set(self._entries)
+        scanned = self._scan()
+        keys = set(scanned.names()) | set(self._entries)
+        place = {k: s.repository for k, s in scanned.models.items()}
         index = []
-        for name in sorted(names):
-            entry = self._entries.get(name)
+        for key in sorted(keys, key=lambda k: self._ns.index_order(k, place.get(k))):
+            entry, name = self._entries.get(key), self._ns.name(key)
             if entry is None:
                 if not ready_only:
                     index.append({"name": name})
@@ -276,8 +289,11 @@ class ModelManager:
         """Triton's statistics extension: every loaded version, or the one asked for."""
         if version:
             return [self.model(name, version).stats.statistics()]
+        if len(self._ns.keys_of(name, self._entries)) > 1:
+            raise invalid_arg(f"requested model '{name}' is not available")
         self.model(name)  # NOT_FOUND for an unknown model, as Triton
-        return [m.stats.statistics() for _, m in sorted(self._entries[name].versions.items())]
+        entry = self._entries[self._ns.resolve(name, self._entries)]
+        return [m.stats.statistics() for _, m in sorted(entry.versions.items())]
 
     def model_counters(self) -> list[metrics.ModelStats]:
         """Every loaded model version's counters (what /metrics renders)."""
@@ -312,7 +328,7 @@ class ModelManager:
 
     def model(self, name: str, version: str = "") -> Model | EnsembleModel:
         """The loaded model serving `name` (and `version`, "" = latest); NOT_FOUND else."""
-        entry = self._entries.get(name)
+        entry = self._entries.get(self._ns.resolve(name, self._entries))
         if entry is None or entry.state != READY or not entry.versions:
             suffix = " is not found" if entry is None else " has no available versions"
             raise not_found(f"Request for unknown model: '{name}'{suffix}")
@@ -330,6 +346,11 @@ class ModelManager:
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
         check_explicit(self.control_mode)
+        places = [] if files else self._ns.keys_of(name, self._scan().models)
+        if places and places != [name]:  # --model-namespacing: every place of the name
+            for key in places:
+                await self.load_model(key, config)
+            return
         override = None
         if files:
             check_model_name(name)
@@ -347,6 +368,11 @@ class ModelManager:
         """Unload `name`; with `unload_dependents`, an ensemble's composing models go too
         (those that no other loaded ensemble calls)."""
         check_explicit(self.control_mode)
+        places = self._ns.keys_of(name, self._entries)
+        if places and places != [name]:  # --model-namespacing: every place of the name
+            for key in places:
+                await self.unload_model(key, unload_dependents)
+            return
         entry = self._entries.get(name)
         if entry is None:
             return
@@ -402,6 +428,10 @@ class ModelManager:
             remove_override(old_dir)
 
     def _source_path(self, name: str) -> Path | None:
+        repository = self._ns.repository(name)
+        if repository is not None:
+            return repository / self._ns.name(name) if (repository / self._ns.name(
+                name)).is_dir() else None
         for repository in self.repositories:
             if (repository / name).is_dir():
                 return repository / name
@@ -422,13 +452,14 @@ class ModelManager:
     async def _load_versions(self, name: str, config_override: str | None,
                              override_dir: Path | None = None
                              ) -> dict[str, Model | EnsembleModel]:
-        model_dir = override_dir or find_model(self.repositories, name).path
+        key, name = name, self._ns.name(name)
+        model_dir = override_dir or find_model(self.repositories, key).path
         cfg = self.config_sources.config(model_dir, config_override)
         cfg = complete_defaults(cfg, name, model_dir, gpus=visible_gpus(), check_io=False)
         versions = served_versions(cfg, model_dir)
         assert self._pool is not None
         if cfg.platform == ENSEMBLE_PLATFORM:
-            return await self._load_ensemble(name, model_dir, cfg, versions)
+            return await self._load_ensemble(key, model_dir, cfg, versions)
         loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
@@ -462,17 +493,28 @@ class ModelManager:
         validate_io_config(cfg)
         with loading(name):
             steps = list(dict.fromkeys(s.model_name for s in cfg.ensemble_scheduling.step))
-            known = set(scan_repositories(self.repositories).models) | {
+            scanned = self._scan()
+            known = set(scanned.models) | {
                 n for n, e in self._entries.items() if e.state == READY}
-            missing = [m for m in steps if m not in known and not self._remote_serves(m)]
+            here = scanned.models[name].repository if name in scanned.models else None
+            keys = {m: self._ns.step_key(m, here, known) for m in steps}
+            missing = [m for m in steps if keys[m] not in known and not self._remote_serves(m)]
             if missing:
                 raise invalid_arg(f"ensemble {name} contains models that are not available "
                                   f"or ambiguous: {', '.join(missing)}")
             for model in steps:
-                await self._load_composing(name, model)
+                await self._load_composing(name, keys[model])
+        if self._ns.enabled:  # Triton fills in each step's namespace
+            for step in cfg.ensemble_scheduling.step:
+                source = scanned.models.get(keys[step.model_name])
+                step.model_namespace = str(source.repository) if source else ""
+        self._entry(name).step_keys = keys
+
+        def step_model(step: str, version: str = "") -> Model | EnsembleModel | RemoteStep:
+            return self._step_model(keys.get(step, step), version)
         loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
-            ensemble = EnsembleModel(name, version, model_dir, cfg, self._step_model,
+            ensemble = EnsembleModel(self._ns.name(name), version, model_dir, cfg, step_model,
                                      self._refs)
             await ensemble.load()
             loaded[ensemble.version] = ensemble

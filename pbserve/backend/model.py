@@ -14,6 +14,8 @@ from pbserve.backend.repository.execution_env import stub_python
 from pbserve.backends import PYTHON_BACKEND, find_backend_model
 from pbserve.backend.instances.instance import (
     InstanceServices, ModelInstance, RunningInstances)
+from pbserve.backend.instances.model_debug import is_debugged
+from pbserve.backend.instances.rate_limiter import server_rate_limiter
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.metrics import ModelStats
@@ -170,7 +172,36 @@ class Model:
                 spec = InstanceSpec(self.name, self.version, instance_name,
                                     str(self.model_path), args, self._python,
                                     backend_path)
-                self.instances.append(ModelInstance(spec, self._services, self, self._log))
+                instance = ModelInstance(spec, self._services, self, self._log)
+                self.instances.append(instance)
+                self._limit(instance, group, device)
+                if is_debugged(self.name):  # its one stub gets the terminal
+                    self._log.warning("--model-debug: model '%s' runs a single instance, %s",
+                                      self.name, instance_name)
+                    return
+
+    def _limit(self, instance: ModelInstance, group: mc.ModelInstanceGroup,
+               device: int) -> None:
+        """Under --rate-limit execution_count, the instance's place in the rate limiter
+        (its group's rate_limiter config); Triton's load error if it cannot work."""
+        limiter = server_rate_limiter()
+        if limiter is None or not group.HasField("rate_limiter"):
+            return
+        config = group.rate_limiter
+        try:
+            instance.limit = limiter.add(
+                instance.name, [(r.name, r.count, getattr(r, "global")) for r in
+                                config.resources], device, config.priority)
+        except ServerError:
+            self._unlimit()
+            raise
+
+    def _unlimit(self) -> None:
+        limiter = server_rate_limiter()
+        for instance in self.instances:
+            if instance.limit is not None and limiter is not None:
+                limiter.remove(instance.limit)
+            instance.limit = None
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
         """Adopt the completed config: what `initialize` gets and requests are checked by."""
@@ -266,6 +297,7 @@ class Model:
                     ErrorCode.UNAVAILABLE, f"model '{self.name}' is being unloaded")))
         await self._wait_idle()
         await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
+        self._unlimit()
         self.instances = []
 
     async def _wait_idle(self, timeout: float = 30.0) -> None:
@@ -273,7 +305,8 @@ class Model:
         decoupled model are not waited for: `finalize` ends them (the requests get an
         error), as a stream may run for as long as its client likes."""
         deadline = time.monotonic() + timeout
-        while any(i.busy or (i.inflight and not self.decoupled) for i in self.instances) \
+        while any(i.busy or i.staged or (i.inflight and not self.decoupled)
+                  for i in self.instances) \
                 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 

@@ -1,7 +1,7 @@
 """tritonserver flags pbserve accepts and ignores: each one given is named in a warning.
 
 They configure what only the C++ server has (its memory pools,
-rate limiter, response cache, SageMaker and Vertex AI frontends, GPU metrics, ...).
+response cache, SageMaker and Vertex AI frontends, GPU metrics, ...).
 """
 
 from __future__ import annotations
@@ -14,17 +14,16 @@ from pbserve.backend.config.config_sources import parse_backend_config
 log = logging.getLogger("pbserve")
 
 IGNORED = (
-    "id", "model-load-retry-count", "model-namespacing", "enable-peer-access",
+    "id", "model-load-retry-count", "enable-peer-access",
     "reuse-http-port", "reuse-grpc-port", "http-header-forward-pattern",
     "grpc-header-forward-pattern", "allow-sagemaker", "sagemaker-port",
     "sagemaker-safe-port-range", "sagemaker-thread-count", "allow-vertex-ai", "vertex-ai-port",
     "vertex-ai-thread-count", "vertex-ai-default-model", "allow-gpu-metrics",
-    "allow-cpu-metrics", "metrics-interval-ms", "cache-directory", "rate-limit",
+    "allow-cpu-metrics", "metrics-interval-ms", "cache-directory",
     "pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "cuda-virtual-address-size",
     "buffer-manager-thread-count", "repoagent-directory", "response-cache-byte-size",
 )
-IGNORED_REPEATABLE = ("metrics-config", "cache-config", "rate-limit-resource", "host-policy",
-                      "model-load-gpu-limit")
+IGNORED_REPEATABLE = ("metrics-config", "cache-config", "host-policy", "model-load-gpu-limit")
 # The --backend-config settings pbserve reads (config_sources.py)
 USED_BACKEND_CONFIG = {("python", "default-max-batch-size"), ("python", "shm-default-byte-size"),
                        ("python", "shm-growth-byte-size")}

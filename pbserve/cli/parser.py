@@ -4,9 +4,12 @@ the ignored ones have their tables in trace_flags.py and ignored_flags.py)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 import os
 
 from pbserve.backend.instances.outage import RESTART_WAIT_S
+from pbserve.backend.instances.rate_limiter import parse_resource
 from pbserve.cli.ignored_flags import add_ignored_flags
 from pbserve.cli.trace_flags import add_trace_flags
 from pbserve.secret_env import PLANE_PASSWORD_ENV, PLANE_TOKEN_ENV
@@ -132,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-format", choices=["default", "ISO8601"], default="default")
     add("--log-file", default="", help="append the log to this file instead of stderr")
     add("--strict-readiness", type=_bool, default=True)
+    add("--model-namespacing", type=_bool, nargs="?", const=True, default=False,
+        help="a model name found in several repositories is a model per repository: an "
+             "ensemble calls its own repository's; a client cannot name them (as "
+             "tritonserver)")
     add("--backend-config", action="append", default=[],
         help="<backend>,<setting>=<value>: python,default-max-batch-size=N, "
              "python,shm-default-byte-size=N (each pool's first region, default 1 MiB) and "
@@ -153,6 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="pbserve's: true forks each stub from a zygote process that imported "
              "numpy and the model API once (fast, shares that memory); false starts "
              "each as its own `python -m stub`")
+    add("--rate-limit", default="off", metavar="MODE",
+        help="execution_count: an instance whose group has rate_limiter config starts an "
+             "execution only when its resources are free, in priority order; off (default)")
+    add("--rate-limit-resource", action="append", default=[],
+        metavar="<resource_name>:<count>[:<device>]",
+        help="the copies of a rate-limiter resource (per device, or on <device>); by "
+             "default the most any loaded instance asks for")
+    add("--model-debug", default="", metavar="MODEL",
+        help="pbserve: MODEL runs a single instance whose stub has this terminal: "
+             "breakpoint() in its model.py opens pdb here (run in the foreground)")
+    add("--model-debug-port", default="", metavar="[HOST:]PORT",
+        help="pbserve: the --model-debug model's stub starts debugpy listening here for "
+             "an IDE to attach (the [debug] extra); breakpoint() stops in the IDE")
     add_trace_flags(parser)
     add_ignored_flags(parser)
     return parser
@@ -162,6 +182,20 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     """`parser.error` (exit status 2) for flags that parse but do not fit together."""
     if not args.model_repository and not args.request_plane:
         parser.error("--model-repository is required (or --request-plane, for a frontend)")
+    if args.rate_limit.lower() not in ("execution_count", "off"):
+        parser.error("invalid argument for --rate-limit")
+    for resource in args.rate_limit_resource:
+        try:
+            parse_resource(resource)
+        except ValueError as err:
+            parser.error(str(err))
+    if args.model_debug_port and not args.model_debug:
+        parser.error("--model-debug-port needs --model-debug <model>")
+    if args.model_debug_port and importlib.util.find_spec("debugpy") is None:
+        parser.error("--model-debug-port needs debugpy: pip install 'pbserve[debug]'")
+    if args.model_debug and not args.model_debug_port and not sys.stdin.isatty():
+        parser.error("--model-debug needs pbserve in the foreground of a terminal "
+                     "(its stdin is not one), or --model-debug-port")
     if args.plane_inline_max_bytes < 0 or args.data_plane_ttl_secs <= 0:
         parser.error("--plane-inline-max-bytes must be >= 0 and --data-plane-ttl-secs > 0")
     port = args.data_plane_address.rpartition(":")[2] if ":" in args.data_plane_address \

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.instances.events import InstanceEvents
@@ -27,6 +27,9 @@ from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap, ShmSizes
 from stub import protocol as p
+
+if TYPE_CHECKING:
+    from pbserve.backend.instances.rate_limiter import InstanceLimit
 
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
@@ -69,6 +72,10 @@ class ModelInstance:
         self.name = spec.name
         self.decoupled = False  # the completed config's (`configure`)
         self.busy = False
+        # --rate-limit execution_count: this instance's resources (rate_limiter.py), and
+        # the batch waiting for them (staged)
+        self.limit: InstanceLimit | None = None
+        self._staged: list[PendingRequest] | None = None
         self.self_calls = 0  # BLS calls in flight from this instance to its own model
         self._calls = services.calls
         self._regions = services.regions
@@ -120,12 +127,18 @@ class ModelInstance:
         batch calls its own model, not behind batches that run long: a request bound to
         a slow instance might have gone to another that frees sooner."""
         return (self._supervisor.state is InstanceState.READY and len(self._batches) == 1
-                and not self.decoupled and self.self_calls == 0
+                and not self.decoupled and self.self_calls == 0 and self.limit is None
                 and self.hop.may_queue_ahead())
 
     @property
+    def staged(self) -> bool:
+        """Whether a batch waits for this instance's rate-limiter resources."""
+        return self._staged is not None
+
+    @property
     def ready(self) -> bool:
-        return self._supervisor.state is InstanceState.READY and not self.busy
+        return (self._supervisor.state is InstanceState.READY and not self.busy
+                and self._staged is None)
 
     async def until_ready(self, poll_s: float = 0.001) -> None:
         """Wait until this instance can take a batch: a decoupled model's final response
@@ -176,6 +189,16 @@ class ModelInstance:
         self._outputs.flush()
 
     def stub_lost(self, message: str, code: ErrorCode, requeue: bool) -> None:
+        staged, self._staged = self._staged, None
+        if staged is not None and self.limit is not None:  # it never started
+            self.limit.unstage()
+            if requeue:
+                self._events.requeue(staged)
+            else:
+                for pending in staged:
+                    pending.deliver(self._outputs.error_response(
+                        pending, ServerError(code, message)))
+                self._events.batch_done(staged)
         if requeue:
             self._requeue_waiting()
         self._fail_inflight(message, code)
@@ -216,7 +239,27 @@ class ModelInstance:
 
     # -- executing --------------------------------------------------------------------
     def execute(self, batch: list[PendingRequest]) -> None:
-        """Send a batch to the stub; the instance is busy until the stub says it is done."""
+        """Send a batch to the stub; the instance is busy until the stub says it is done.
+        Under the rate limiter the batch waits (staged) until its resources are free."""
+        if self.limit is not None and not self.limit.allocated:
+            assert self.ready
+            self._staged = batch
+            self.limit.stage(self._start_staged)
+            return
+        self._send(batch)
+
+    def _start_staged(self) -> None:
+        """The rate limiter allocated this instance's resources: its staged batch goes."""
+        batch, self._staged = self._staged, None
+        if batch is None or self._supervisor.stub is None:
+            assert self.limit is not None
+            self.limit.release()
+            if batch:
+                self._events.requeue(batch)
+            return
+        self._send(batch)
+
+    def _send(self, batch: list[PendingRequest]) -> None:
         stub = self._supervisor.stub
         assert stub is not None and (self.ready or self.can_queue_another)
         now = time.monotonic_ns()
@@ -255,7 +298,8 @@ class ModelInstance:
         idle CPU on the round trip (StubProcess.watch_up). Only when no other instance is
         running and this instance's recent hops fit in the budget."""
         stub = self._supervisor.stub
-        if not self.decoupled and stub is not None and self.hop.may_watch(self._running.count):
+        if not self.decoupled and stub is not None and self._staged is None \
+                and self.hop.may_watch(self._running.count):
             stub.watch_up(REPLY_WATCH_NS)
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
@@ -376,6 +420,8 @@ class ModelInstance:
             self._events.instance_idle(self)
 
     def _end_busy(self) -> None:
+        if self.limit is not None:
+            self.limit.release()  # (if it held them) what waited for them may start
         if self.busy:
             self._running.count -= 1
             self.busy = False

@@ -21,11 +21,12 @@ import tempfile
 import time
 import logging
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from pbserve.backend.polling.linger import idle_turn
 from pbserve.backend.instances.private_dir import UntrustedDirectory, check_private
 from pbserve.backend.instances.stub_launch import LaunchedStub, StubLauncher
+from pbserve.backend.instances.stub_output import StubOutput
 from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
 from shm.names import new_prefix, unlink_prefix
@@ -121,21 +122,39 @@ class StubProcess:
                     on_messages: Callable[[list[tuple]], None],
                     on_exit: Callable[[int], None], launcher: StubLauncher,
                     python: str | None = None, queue_capacity: int = 1 << 20,
-                    sizes: ShmSizes = ShmSizes()) -> StubProcess:
+                    sizes: ShmSizes = ShmSizes(),
+                    debug_args: Sequence[str] = ()) -> StubProcess:
         """Make the queues and the doorbell and start `python -m stub` with `launcher`;
-        on failure nothing of it is left."""
+        on failure nothing of it is left. `debug_args`: model_debug.py's; with
+        --debug-terminal the stub gets the server's terminal, else its stdout and stderr
+        are pipes whose lines go to the log (stub_output.py)."""
         self = cls(instance_name, loop, on_messages, on_exit, queue_capacity)
+        reads: list[int] = []  # stdout's and stderr's pipes, unless on the terminal
+        writes: list[int] = []
         try:
+            if "--debug-terminal" not in debug_args:
+                for _ in range(2):
+                    read, write = os.pipe2(os.O_CLOEXEC)
+                    reads.append(read)
+                    writes.append(write)
             self.process = await launcher.launch(
                 python or sys.executable,
                 ["--prefix", self.prefix, "--name", instance_name,
                  "--shm-default-byte-size", str(sizes.default),
-                 "--shm-growth-byte-size", str(sizes.growth)],
-                stub_environment(), self._doorbell.fd)
+                 "--shm-growth-byte-size", str(sizes.growth), *debug_args],
+                stub_environment(), self._doorbell.fd,
+                (writes[0], writes[1]) if writes else None)
         except BaseException:
+            for fd in reads:
+                os.close(fd)
             self._closing = True
             self._close_shm()
             raise
+        finally:  # the stub has its copies of the write ends (or did not start)
+            for fd in writes:
+                os.close(fd)
+        self.output = StubOutput(instance_name, open(reads[0], "rb", buffering=0),
+                                 open(reads[1], "rb", buffering=0)) if reads else None
         self.pid = self.process.pid
         self.process.on_exit(self._exited)
         loop.add_reader(self._doorbell.fd, self._drain)

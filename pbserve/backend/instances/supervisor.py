@@ -19,6 +19,7 @@ from typing import Protocol
 from pbserve.backend.instances.stub_launch import PlainLauncher, StubLauncher
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.instances.user_readiness import UserReadiness
+from pbserve.backend.instances.model_debug import stub_debug_args
 from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap, ShmSizes
@@ -157,7 +158,8 @@ class StubSupervisor:
         try:
             self.stub = await StubProcess.start(
                 self.spec.name, self._loop, self._host.on_messages, self._on_exit,
-                self._launcher, python=self.spec.python, sizes=self._sizes)
+                self._launcher, python=self.spec.python, sizes=self._sizes,
+                debug_args=stub_debug_args(self.spec.model_name))
         except BaseException:
             self.state = InstanceState.STOPPED
             raise

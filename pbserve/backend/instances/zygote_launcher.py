@@ -8,6 +8,10 @@ and reports its exit code; the server holds a pidfd of each stub to signal it wi
 pid race, and to see it end if the zygote itself died (then the stubs die with it, by
 their PR_SET_PDEATHSIG). A zygote that cannot start (an interpreter too old for it, say)
 is reported in the log once and its stubs start the plain way.
+
+A forked stub's stdout and stderr pipes go to the zygote with the doorbell (SCM_RIGHTS);
+the child puts them on its fds 1 and 2. The one stub that needs the server's terminal
+(--model-debug, `stdio` None) is started the plain way, and the log says so.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import socket
 import subprocess
 from typing import Callable
 
-from pbserve.backend.instances.stub_launch import LaunchedStub, PlainLauncher
+from pbserve.backend.instances.stub_launch import LaunchedStub, PlainLauncher, Stdio
 
 log = logging.getLogger("pbserve.backend")
 READY_TIMEOUT_S = 60.0
@@ -54,10 +58,15 @@ class ZygoteLauncher:
             self._zygotes[key] = zygote
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, retried: bool = False) -> LaunchedStub:
+                     doorbell_fd: int, stdio: Stdio, retried: bool = False) -> LaunchedStub:
         key = (python, tuple(sorted(env.items())))
+        if stdio is None:  # a zygote's child cannot have the server's terminal
+            name = args[args.index("--name") + 1] if "--name" in args else "?"
+            log.info("instance %s has the server's terminal (--model-debug): its stub is "
+                     "started the plain way, not forked by the stub zygote", name)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
         if key in self._unusable:
-            return await self._plain.launch(python, args, env, doorbell_fd)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
         # As the plain start: an interpreter that is gone fails the launch, and one that
         # was replaced runs the stub (a new zygote), not the one still in memory.
         interpreter = _identity(os.stat(python))
@@ -78,14 +87,14 @@ class ZygoteLauncher:
             zygote.close()
             log.warning("the stub zygote of %s could not start (%s): its stubs start the "
                         "plain way", python, err)
-            return await self._plain.launch(python, args, env, doorbell_fd)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
         try:
-            return await zygote.launch(args, doorbell_fd)
+            return await zygote.launch(args, doorbell_fd, stdio)
         except ConnectionError:
             if not zygote.dead or retried:
                 raise
         # the zygote ended under this launch (killed): once more, with a new one
-        return await self.launch(python, args, env, doorbell_fd, retried=True)
+        return await self.launch(python, args, env, doorbell_fd, stdio, retried=True)
 
     async def close(self) -> None:
         zygotes, self._zygotes = [*self._zygotes.values(), *self._retired], {}
@@ -140,7 +149,10 @@ class Zygote:
         except asyncio.TimeoutError:
             raise ZygoteUnavailable(f"no answer within {READY_TIMEOUT_S:.0f} s") from None
 
-    async def launch(self, args: list[str], doorbell_fd: int) -> LaunchedStub:
+    async def launch(self, args: list[str], doorbell_fd: int,
+                     stdio: tuple[int, int]) -> LaunchedStub:
+        """Fork a stub; the doorbell and its stdout and stderr go to the zygote with
+        SCM_RIGHTS, in that order."""
         if self.dead:
             raise ConnectionError("the stub zygote is gone")
         launch_id = next(self._ids)
@@ -148,7 +160,7 @@ class Zygote:
         message = json.dumps({"id": launch_id, "argv": [*args, "--parent-pid",
                                                         str(self.pid)]}).encode()
         try:  # a few hundred bytes: a full socket buffer would be a stuck zygote
-            socket.send_fds(self._sock, [message], [doorbell_fd])
+            socket.send_fds(self._sock, [message], [doorbell_fd, *stdio])
         except OSError:
             self._pending.pop(launch_id, None)
             raise

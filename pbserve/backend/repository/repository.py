@@ -3,7 +3,10 @@
 Triton's layout: each subdirectory of a repository is a model (hidden ones included,
 as Triton does), each numeric subdirectory of a model is a version. Several
 repositories may be given; a name found in more than one is unusable (Triton's
-rule) but does not affect the other models. This module only reads.
+rule) but does not affect the other models, unless `--model-namespacing`: then each
+place is a model of its own, and every model is keyed `<repository>::<name>` (Triton's
+ModelIdentifier).
+This module only reads.
 """
 
 from __future__ import annotations
@@ -35,10 +38,26 @@ class ModelSource:
     repository: Path
 
 
+def namespaced_key(repository: Path, name: str) -> str:
+    """The key of model `name` of `repository` with --model-namespacing (Triton's
+    ModelIdentifier::str())."""
+    return f"{repository}::{name}"
+
+
+def split_key(key: str, repositories: Iterable[Path]) -> tuple[str, Path | None]:
+    """A model key's name and repository (None for a plain name)."""
+    for repository in repositories:
+        prefix = f"{repository}::"
+        if key.startswith(prefix):
+            return key[len(prefix):], Path(repository)
+    return key, None
+
+
 @dataclass
 class RepositoryScan:
     """Every model name found: `models` are usable, `duplicates` maps each name seen in
-    two or more repositories to all its places (index it as UNAVAILABLE, DUPLICATE_REASON)."""
+    two or more repositories to all its places (index it as UNAVAILABLE, DUPLICATE_REASON).
+    With namespacing every model is in `models`, under its namespaced_key."""
 
     models: dict[str, ModelSource] = field(default_factory=dict)
     duplicates: dict[str, list[ModelSource]] = field(default_factory=dict)
@@ -48,7 +67,8 @@ class RepositoryScan:
         return sorted({*self.models, *self.duplicates})
 
 
-def scan_repositories(repositories: Iterable[Path]) -> RepositoryScan:
+def scan_repositories(repositories: Iterable[Path], namespacing: bool = False
+                      ) -> RepositoryScan:
     """Find every model of every repository (Triton's Poll of all models)."""
     places: dict[str, list[ModelSource]] = {}
     for repository in repositories:
@@ -59,7 +79,10 @@ def scan_repositories(repositories: Iterable[Path]) -> RepositoryScan:
     scan = RepositoryScan()
     for name in sorted(places):
         sources = places[name]
-        if len(sources) == 1:
+        if namespacing:
+            for source in sources:
+                scan.models[namespaced_key(source.repository, name)] = source
+        elif len(sources) == 1:
             scan.models[name] = sources[0]
         else:
             scan.duplicates[name] = sources
@@ -69,9 +92,15 @@ def scan_repositories(repositories: Iterable[Path]) -> RepositoryScan:
 
 
 def find_model(repositories: Iterable[Path], name: str) -> ModelSource:
-    """The one place of model `name` for an explicit load, with Triton's errors: a
-    bad name is INVALID_ARG; absent or in two repositories is Triton's INTERNAL
-    "failed to poll" (the log says which)."""
+    """The one place of model `name` (or namespaced key) for an explicit load, with
+    Triton's errors: a bad name is INVALID_ARG; absent or in two repositories is Triton's
+    INTERNAL "failed to poll" (the log says which)."""
+    repositories = list(repositories)
+    plain, repository = split_key(name, repositories)
+    if repository is not None:
+        if (repository / plain).is_dir():
+            return ModelSource(plain, repository / plain, repository)
+        name = plain
     check_model_name(name)
     sources = [ModelSource(name, Path(r) / name, Path(r)) for r in repositories
                if (Path(r) / name).exists()]

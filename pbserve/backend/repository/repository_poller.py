@@ -38,8 +38,9 @@ class RepositoryPoller:
     def __init__(self, repositories: list[Path], interval_s: float,
                  load: Callable[[str], Awaitable[None]],
                  unload: Callable[[str], Awaitable[None]],
-                 loaded: Callable[[], dict[str, tuple]]) -> None:
+                 loaded: Callable[[], dict[str, tuple]], namespacing: bool = False) -> None:
         self._repositories = repositories
+        self._namespacing = namespacing  # --model-namespacing (repository.py)
         self._interval_s = interval_s
         self._load = load
         self._unload = unload
@@ -63,7 +64,7 @@ class RepositoryPoller:
                 log.exception("polling the model repository failed")
 
     async def poll(self) -> None:
-        scanned = scan_repositories(self._repositories)
+        scanned = scan_repositories(self._repositories, self._namespacing)
         known = self._loaded()
         work = []
         for name, source in scanned.models.items():

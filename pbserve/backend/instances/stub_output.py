@@ -1,0 +1,66 @@
+"""What a stub writes to its stdout and stderr, in the server's log line by line.
+
+`print()` in a model, a traceback a library writes, a C extension's output: each line is
+logged as it comes (the stub's stdout is line-buffered, stub/debugging.py) with the
+instance's name, stdout at INFO and stderr at WARNING, through the server's log
+settings (so `--log-file` gets them too). One thread per stub reads both pipes until
+both are closed; a last line without a newline is logged at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import threading
+from typing import IO
+
+log = logging.getLogger("pbserve.stub")
+_CHUNK = 65536
+
+
+class StubOutput:
+    """Reads a stub's stdout and stderr pipes and logs each line."""
+
+    def __init__(self, instance_name: str, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        self.instance_name = instance_name
+        self._levels = {stdout.fileno(): logging.INFO, stderr.fileno(): logging.WARNING}
+        self._pipes = (stdout, stderr)
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"pbserve-output-{instance_name}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        partial = {fd: b"" for fd in self._levels}
+        with selectors.DefaultSelector() as selector:
+            for pipe in self._pipes:
+                selector.register(pipe, selectors.EVENT_READ)
+            while selector.get_map():
+                for key, _ in selector.select():
+                    fd = key.fd
+                    chunk = _read(fd)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        if partial[fd]:
+                            self._log(fd, partial[fd])
+                        continue
+                    *lines, partial[fd] = (partial[fd] + chunk).split(b"\n")
+                    for line in lines:
+                        self._log(fd, line)
+        for pipe in self._pipes:
+            pipe.close()
+
+    def _log(self, fd: int, line: bytes) -> None:
+        text = line.decode(errors="replace").rstrip("\r")
+        log.log(self._levels[fd], "%s] %s", self.instance_name, text)
+
+    def join(self, timeout: float) -> None:
+        """Wait until the stub's output is all logged (its pipes closed)."""
+        self._thread.join(timeout)
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, _CHUNK)
+    except OSError:
+        return b""

@@ -1,0 +1,44 @@
+"""The stub's side of a debugger in model.py (pbserve/backend/instances/model_debug.py).
+
+- stdout is line-buffered, so each `print()` line reaches the server's log at once (the
+  parent reads the stub's stdout and stderr pipes: stub_output.py);
+- the debugged stub (`--debug-terminal`) has the server's terminal: `breakpoint()` opens
+  pdb there (Python's own hook);
+- with `--debug-port [HOST:]PORT` it also starts debugpy listening there, and
+  `breakpoint()` stops in the IDE attached (nothing happens while none is);
+- any other stub has no terminal: `breakpoint()` there writes a warning and goes on.
+A PYTHONBREAKPOINT the user set is left to Python in every case.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def set_up_debugging(instance_name: str, terminal: bool, port: str) -> None:
+    """Called first thing in the stub, before the model is imported."""
+    if not terminal:
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    hook = None
+    if port:
+        import debugpy
+
+        host, _, number = port.rpartition(":")
+        address = debugpy.listen((host or "127.0.0.1", int(number)))
+        print(f"{instance_name}: debugpy listening on {address[0]}:{address[1]}",
+              file=sys.stderr, flush=True)
+        hook = debugpy.breakpoint
+    elif not terminal:
+        hook = _ignored(instance_name)
+    if hook is not None and not os.environ.get("PYTHONBREAKPOINT"):
+        sys.breakpointhook = hook
+
+
+def _ignored(instance_name: str):
+    def breakpointhook(*args, **kwargs) -> None:
+        frame = sys._getframe(1)
+        print(f"breakpoint() at {frame.f_code.co_filename}:{frame.f_lineno} ignored: "
+              f"instance {instance_name} has no terminal; run pbserve in the foreground "
+              "with --model-debug <model>", file=sys.stderr, flush=True)
+    return breakpointhook
