@@ -221,6 +221,53 @@ def test_no_fd_of_the_server_the_zygote_or_another_stub_leaks_into_a_stub(report
     assert not any("socket" in k or "pipe" in k for k, _ in fd_kinds(zygote["fds"]))
 
 
+PRINTER = """
+import os, sys
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        print("hello from", args["model_instance_name"], "pid", os.getpid())
+        print("to stderr from", args["model_instance_name"], file=sys.stderr)
+
+    def execute(self, requests):
+        out = pb_utils.Tensor("REPORT", np.array([str(os.getppid()).encode()], np.object_))
+        return [pb_utils.InferenceResponse([out]) for _ in requests]
+"""
+
+
+def test_a_forked_stubs_print_reaches_the_log_with_the_instance_name(tmp_path):
+    """A forked stub's fds 1 and 2 are its own pipes (sent to the zygote with the
+    doorbell): each instance's lines are logged under its name, stdout at INFO and
+    stderr at WARNING, and no line of one stub is logged under another's name."""
+    repo = probe_repo(tmp_path, names=("printer",))
+    (repo / "printer" / "config.pbtxt").write_text(
+        CONFIG.format(name="printer", extra="").replace("count: 1", "count: 2"))
+    (repo / "printer" / "1" / "model.py").write_text(PRINTER)
+    with running_server(repo, log_path=tmp_path / "log") as server:
+        x = http_input("X", np.array([0], np.int32))
+        ppid = int(server.http_client().infer("printer", [x]).as_numpy("REPORT")[0])
+        assert ppid == zygotes(server.pid)[0]  # forked by the zygote
+        stubs = stub_pids(server.pid)
+        wait_for(lambda: server.log_text().count("] to stderr from printer_0_") == 2,
+                 "both stubs' lines in the log")
+        lines = server.log_text().splitlines()
+    printed = {}
+    for line in lines:
+        found = re.search(r"pbserve\.stub (printer_0_\d)\] hello from (\S+) pid (\d+)$",
+                          line)
+        if found:
+            assert line.startswith("I") and found[1] == found[2]
+            printed[found[1]] = int(found[3])
+    assert sorted(printed) == ["printer_0_0", "printer_0_1"]
+    assert sorted(printed.values()) == sorted(stubs)
+    for name in printed:
+        assert any(line.startswith("W") and line.endswith(
+            f"pbserve.stub {name}] to stderr from {name}") for line in lines)
+
+
 def test_a_crashed_stub_is_restarted_from_the_zygote(tmp_path):
     repo = probe_repo(tmp_path, names=("probe_a",))
     with running_server(repo, log_path=tmp_path / "log") as server:
