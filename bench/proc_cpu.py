@@ -35,9 +35,15 @@ def _all() -> dict[int, tuple[int, int]]:
 
 
 def children_cpu(root: int) -> dict[int, float]:
-    """CPU seconds of `root` and of its direct children, by pid."""
-    return {pid: ticks / HZ for pid, (parent, ticks) in _all().items()
-            if pid == root or parent == root}
+    """CPU seconds of `root` and of every process under it, by pid (a server's stubs are
+    its children, or its stub zygote's)."""
+    table = _all()
+    found, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        found[pid] = table.get(pid, (0, 0))[1] / HZ
+        todo.extend(p for p, (parent, _) in table.items() if parent == pid)
+    return found
 
 
 def tree_cpu_s(root: int) -> float:

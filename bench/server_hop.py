@@ -52,17 +52,16 @@ def perf_analyzer() -> tuple[str, dict[str, str]]:
 
 
 def stub_pid(server_pid: int) -> int:
-    """The identity model's stub: the child whose command line names its instance."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    """The identity model's stub: the one whose command line names its instance."""
+    from pbserve.testing import stub_pids
+
+    for pid in stub_pids(server_pid):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
-        if ppid == server_pid and any(part.startswith(MODEL.encode()) for part in cmd):
-            return int(pid)
+        if any(part.startswith(MODEL.encode()) for part in cmd):
+            return pid
     raise RuntimeError("the identity model's stub was not found")
 
 

@@ -120,6 +120,7 @@ def build_manager(args: argparse.Namespace, settings: DerivedSettings,
         manager.response_cache = ResponseCache(settings.cache_size)
         log.info("Response cache: 'local', %d bytes", settings.cache_size)
     manager.load_thread_count = args.model_load_thread_count
+    manager.stub_zygote = args.stub_zygote
     return manager
 
 

@@ -35,6 +35,35 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
+def stub_pids(server_pid: int) -> list[int]:
+    """The pids of a server's stubs: its children running `python -m stub`, and those of
+    its stub zygotes (stub/zygote.py), whose children they are by default."""
+    found = []
+    for pid in _children(server_pid):
+        command = _command_line(pid)
+        if b"\0-m\0stub.zygote\0" in command:
+            found += [p for p in _children(pid) if b"\0-m\0stub\0" in _command_line(p)]
+        elif b"\0-m\0stub\0" in command:
+            found.append(pid)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def stop_process_group(proc: subprocess.Popen, timeout: float) -> None:
     """SIGINT to the process group `proc` leads (started with start_new_session), wait
     up to `timeout`; SIGKILL the group if it has not ended."""

@@ -166,6 +166,14 @@ class Pool:
         self._regions[name] = region
         return region
 
+    def has_spare(self) -> bool:
+        """Whether `trim` may yet give a region back (once its blocks are free): one
+        that is not the current region, or a current one larger than `default_size`.
+        Without, an idle owner need not wake up to trim."""
+        with self._lock:
+            return any(region is not self._current or region.size > self.default_size
+                       for region in self._regions.values())
+
     def trim(self, force: bool = False) -> list[str]:
         """Unlink and unmap regions that hold no live block: those not allocated from
         since the previous call, beyond `default_size` bytes of them kept (`force`: every

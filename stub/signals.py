@@ -25,10 +25,16 @@ def _ignore(signum: int, frame: object) -> None:
 
 
 def ignore_shutdown_signals() -> None:
+    set_shutdown_handlers()
+    os.register_at_fork(after_in_child=_restore_defaults)
+
+
+def set_shutdown_handlers() -> None:
+    """The handlers alone, without restoring the defaults in forked children: the stub
+    zygote's (stub/zygote.py), whose children are stubs and set them up as above."""
     for signum in SHUTDOWN_SIGNALS:
         signal.signal(signum, _ignore)
         signal.siginterrupt(signum, False)
-    os.register_at_fork(after_in_child=_restore_defaults)
 
 
 def _restore_defaults() -> None:

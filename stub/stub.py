@@ -146,7 +146,10 @@ class Stub:
         handlers = self._main_handlers
         try:
             while self._running:
-                raw = self.main_q.get(PARENT_CHECK_S)
+                # Idle, a stub sleeps until a message comes: it wakes every
+                # PARENT_CHECK_S only while its pool has a region to give back (its
+                # death with the parent is the kernel's: stub/parent_death.py).
+                raw = self.main_q.get(PARENT_CHECK_S if self.pool.has_spare() else None)
                 if raw is None:
                     if not self.parent_alive():
                         return
@@ -219,7 +222,7 @@ class Stub:
     def _control_loop(self) -> None:
         handlers = self._control_handlers
         while self._running:
-            raw = self.control_q.get(PARENT_CHECK_S)
+            raw = self.control_q.get()  # a daemon thread: it needs no wake-up to end
             if not raw:
                 continue
             message = p.decode(raw)

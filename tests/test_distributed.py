@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pbserve.testing import RunningServer, running_nats
+from pbserve.testing import RunningServer, running_nats, stub_pids
 from shm.names import sweep_dead_owners
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,9 +113,15 @@ def _sleepy_input(module, ms: int):
 
 
 def _worker_of(stub_pid: int) -> int:
-    """The pid of the process that started this stub: the worker serving it."""
-    with open(f"/proc/{stub_pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
+    """The pid of the process that started this stub (or its stub zygote): the worker
+    serving it."""
+    def parent(pid: int) -> int:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+
+    found = parent(stub_pid)
+    with open(f"/proc/{found}/cmdline", "rb") as f:
+        return parent(found) if b"stub.zygote" in f.read() else found
 
 
 def test_frontend_serves_the_workers_models_from_the_registry(plane):
@@ -227,8 +233,7 @@ def survivor_name(c: Cluster, server: RunningServer) -> str:
 
 
 def _stub_pids(worker_pid: int) -> list[int]:
-    with open(f"/proc/{worker_pid}/task/{worker_pid}/children") as f:
-        return [int(p) for p in f.read().split()]
+    return stub_pids(worker_pid)
 
 
 def _busy_worker(c: Cluster) -> str | None:

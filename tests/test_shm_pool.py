@@ -310,3 +310,19 @@ def test_exhaustion_calls_on_pressure_and_retries_while_it_says_so(make_pool):
     with pytest.raises(ShmExhausted):
         pool.alloc(64 * KIB)
     assert calls == [1, 2, 3]
+
+
+def test_has_spare_says_whether_a_trim_may_yet_give_a_region_back(make_pool):
+    """What an idle stub asks before it sleeps without a timeout (stub/stub.py)."""
+    pool = make_pool(default_size=64 * KIB, growth_size=128 * KIB)
+    assert not pool.has_spare()  # nothing, or only the first region: nothing to give
+    a = pool.alloc(32 * KIB)
+    assert not pool.has_spare()
+    b = pool.alloc(64 * KIB)  # p0 is full: a second region
+    assert pool.has_spare()
+    pool.free(b.region, b.offset)
+    pool.free(a.region, a.offset)
+    for _ in range(3):  # a region used since the previous trim is kept by the next
+        pool.trim()
+    assert not pool.has_spare()
+    assert pool.total_bytes <= 64 * KIB

@@ -20,7 +20,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pbserve.testing import running_server
+from pbserve.testing import running_server, stub_pids
 from polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,8 +140,7 @@ def test_pool_sizes_come_from_backend_config(repo, tmp_path):
         assert "is ignored" not in server.log_text()  # both settings are used
         # The parent's first region: the default size asked for, not 1 MiB.
         assert _shm_used(server.pid) - before >= 2 * MIB
-        stubs = subprocess.run(["pgrep", "-f", "-P", str(server.pid), "stub"],
-                               capture_output=True, text=True).stdout.split()
+        stubs = stub_pids(server.pid)
         assert stubs
         for pid in stubs:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from client_inputs import http_input as h_in
 from pbserve.backend.instances.gpus import visible_gpus
-from pbserve.testing import running_server
+from pbserve.testing import running_server, stub_pids
 from polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -409,17 +409,8 @@ def test_unregistering_a_region_in_use_waits_for_its_request(server, http, grpc)
 # --- mappings ---------------------------------------------------------------------------
 
 def family(pid: int) -> list[int]:
-    """`pid` and its child processes (the server and its stubs)."""
-    pids = [pid]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(")") + 2:].split()[1]) == pid:
-                pids.append(int(entry))
-    return pids
+    """`pid` and its stubs (children of the server, or of its stub zygote)."""
+    return [pid, *stub_pids(pid)]
 
 
 def mappings(pids: list[int], key: str) -> list[tuple[int, int, int]]:

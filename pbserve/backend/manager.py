@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
@@ -44,6 +45,9 @@ from pbserve.backend.repository.namespaces import Namespaces
 from pbserve.backend.repository.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.stub_launch import PlainLauncher, StubLauncher
+from pbserve.backend.instances.stub_process import stub_environment
+from pbserve.backend.instances.zygote_launcher import ZygoteLauncher
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
 from shm.names import new_prefix, sweep_dead_owners
@@ -98,6 +102,9 @@ class ModelManager:
     strict_readiness = True
     load_thread_count = 4
     response_cache: ResponseCache | None = None  # --cache-config's; set before start()
+    # pbserve's --stub-zygote: stubs forked by a zygote (zygote_launcher.py) or each
+    # started as its own `python -m stub` (stub_launch.py's PlainLauncher)
+    stub_zygote = True
 
     def __init__(self, repositories: list[Path], control_mode: str = "none",
                  startup_models: list[str] | None = None, auto_complete: bool = True,
@@ -136,6 +143,7 @@ class ModelManager:
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
                                                  allow_client_shm, visible_gpus)
         self._live = False
+        self._launcher: StubLauncher = PlainLauncher()
 
     # -- server lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -145,6 +153,8 @@ class ModelManager:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
         for directory in sweep_dead_overrides():
             log.info("removed %s, model files a dead server was loaded from", directory)
+        if self.stub_zygote:
+            self._launcher = ZygoteLauncher()
         sizes = self.config_sources.shm_sizes
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)
@@ -152,6 +162,8 @@ class ModelManager:
         self._upkeep.start(self._pool)
         self._live = True
         names = self._startup_names()
+        if names and isinstance(self._launcher, ZygoteLauncher):
+            self._launcher.prepare(sys.executable, stub_environment())
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
         slots = asyncio.Semaphore(max(1, self.load_thread_count))
 
@@ -206,6 +218,7 @@ class ModelManager:
         self._waiting.clear()
         await asyncio.gather(*(self._unload(e) for e in list(self._entries.values())),
                              return_exceptions=True)
+        await self._launcher.close()
         self.shared_memory.close()
         self._upkeep.stop()
         if self._pool is not None:
@@ -469,7 +482,7 @@ class ModelManager:
             model = Model(name, version, model_dir, cfg, self._refs, self._regions,
                           self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep,
                           on_request_done=self._linger.after_request,
-                          cache=self.response_cache)
+                          cache=self.response_cache, launcher=self._launcher)
             try:
                 await model.load(self.auto_complete)
             except ServerError as err:

@@ -27,6 +27,7 @@ from pbserve.backend.pending import PendingRequest
 from pbserve.backend.scheduling.scheduler import Scheduler
 from pbserve.backend.scheduling.sequence_batcher import SequenceBatcher
 from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.stub_launch import StubLauncher
 from pbserve.backend.types import InferRequest, InferResponse
 from pbserve.backend.observability.tracing import TRACER, Trace
 from pbserve.backend.validation import RequestValidator
@@ -60,7 +61,8 @@ class Model:
                  restart_wait_s: float = RESTART_WAIT_S,
                  upkeep: ShmUpkeep | None = None,
                  on_request_done: Callable[[], None] | None = None,
-                 cache: ResponseCache | None = None) -> None:
+                 cache: ResponseCache | None = None,
+                 launcher: StubLauncher | None = None) -> None:
         """`cache`: the server's response cache, used when the config enables it."""
         self.name = name
         self.version = str(version)
@@ -70,7 +72,7 @@ class Model:
         self.stats = ModelStats(name, self.version)
         self._refs = refs
         self._services = InstanceServices(regions, calls, running or RunningInstances(),
-                                          refs, upkeep)
+                                          refs, upkeep, launcher)
         self._on_request_done = on_request_done  # after each request's (final) response
         self._stages = False  # whether requests are queued with their inputs out of shm
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter

@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
              "response_cache { enable: true })")
     add("--response-cache-byte-size", default=None, metavar="BYTES",
         help="deprecated: --cache-config local,size=BYTES")
+    add("--stub-zygote", type=_bool, default=True,
+        help="pbserve's: true forks each stub from a zygote process that imported "
+             "numpy and the model API once (fast, shares that memory); false starts "
+             "each as its own `python -m stub`")
     add("--rate-limit", default="off", metavar="MODE",
         help="execution_count: an instance whose group has rate_limiter config starts an "
              "execution only when its resources are free, in priority order; off (default)")

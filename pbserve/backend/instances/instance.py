@@ -18,6 +18,7 @@ from pbserve.backend.instances.events import InstanceEvents
 from pbserve.backend.instances.outputs import StubOutputs
 from pbserve.backend.instances.shm_upkeep import ShmUpkeep
 from pbserve.backend.instances.stub_calls import StubCalls
+from pbserve.backend.instances.stub_launch import StubLauncher
 from pbserve.backend.instances.hop import REPLY_WATCH_NS, Hop
 from pbserve.backend.instances.supervisor import InstanceSpec, InstanceState, StubSupervisor
 from pbserve.backend.observability.log_escape import escaped
@@ -49,14 +50,15 @@ class RunningInstances:
 class InstanceServices:
     """What every instance of a server shares: the regions it maps (the stubs' pools,
     clients' windows), the parent's blocks (a response may name one: a lent input), the
-    calls its stubs make (BLS), shm given back (shm_upkeep.py; None: no upkeep) and the
-    count of instances running a batch."""
+    calls its stubs make (BLS), shm given back (shm_upkeep.py; None: no upkeep), the
+    count of instances running a batch and how stubs are started (stub_launch.py)."""
 
     regions: RegionMap
     calls: StubCalls
     running: RunningInstances
     refs: BlockRefs | None = None
     upkeep: ShmUpkeep | None = None
+    launcher: StubLauncher | None = None  # how stubs start (None: the plain way)
 
 
 class ModelInstance:
@@ -83,7 +85,7 @@ class ModelInstance:
         self._model_log = model_log
         self._supervisor = StubSupervisor(
             spec, self, services.regions,
-            services.upkeep.sizes if services.upkeep else ShmSizes())
+            services.upkeep.sizes if services.upkeep else ShmSizes(), services.launcher)
         self.readiness = self._supervisor.readiness
         self._inflight: dict[int, PendingRequest] = {}
         self._batches: dict[int, list[PendingRequest]] = {}

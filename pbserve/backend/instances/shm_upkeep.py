@@ -6,7 +6,8 @@ unlinked segment live as long as a mapping does). So the owner that trims (shm/p
 names the regions it unlinked, and the others drop their mappings:
 - the parent trims its pool every TRIM_INTERVAL_S (regions idle since the last tick) and
   sends FORGET_REGIONS to every stub;
-- a stub trims its pool when its main queue has been idle PARENT_CHECK_S, and sends
+- a stub trims its pool when its main queue has been idle PARENT_CHECK_S (and again
+  each PARENT_CHECK_S while it holds a region it may give back), and sends
   REGIONS_GONE; the parent unmaps them and relays FORGET_REGIONS to the other stubs (a
   BLS caller or callee may have mapped them).
 Under pressure (an allocation found /dev/shm full: `relieve`) the parent trims with

@@ -1,6 +1,7 @@
 """One stub child process and the three shm queues to it, seen from the parent.
 
-It knows nothing of models: it starts `python -m stub`, turns the up queue into calls
+It knows nothing of models: it starts `python -m stub` (through a `StubLauncher`,
+stub_launch.py: forked by a zygote, or the plain way), turns the up queue into calls
 of `on_messages(batch)` on the parent's event loop (the stub rings a doorbell, an
 eventfd the loop watches, and the loop drains the queue: shm/doorbell.py), reports the
 process's exit with `on_exit(returncode)`, and removes every shm name of the stub when it
@@ -15,17 +16,16 @@ import functools
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import logging
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from pbserve.backend.polling.linger import idle_turn
 from pbserve.backend.instances.private_dir import UntrustedDirectory, check_private
+from pbserve.backend.instances.stub_launch import LaunchedStub, StubLauncher
 from pbserve.backend.instances.stub_output import StubOutput
 from pbserve.secret_env import SECRET_ENV
 from shm.doorbell import Doorbell
@@ -92,54 +92,73 @@ def stub_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class StubProcess:
+    """Made by `start`, once the process runs."""
+
     def __init__(self, instance_name: str, loop: asyncio.AbstractEventLoop,
                  on_messages: Callable[[list[tuple]], None],
-                 on_exit: Callable[[int], None], python: str | None = None,
-                 queue_capacity: int = 1 << 20, sizes: ShmSizes = ShmSizes(),
-                 debug_args: list[str] | None = None) -> None:
-        """`debug_args`: model_debug.py's; with --debug-terminal the stub gets the
-        server's terminal, else its stdout and stderr go to the log (stub_output.py)."""
+                 on_exit: Callable[[int], None], queue_capacity: int = 1 << 20) -> None:
         self.instance_name = instance_name
         self.prefix = new_prefix()
         self._loop = loop
         self._on_messages = on_messages
         self._on_exit = on_exit
         self._closing = False
-        self._exited = threading.Event()
-        self.returncode: int | None = None
+        self.process: LaunchedStub | None = None
         queues: list[MessageQueue] = []
-        doorbell = None
-        try:  # what a failed start made (no interpreter, no fds left) is removed here
+        try:  # what a failed start made (no fds left) is removed here
             for name in queue_names(self.prefix):
                 queues.append(MessageQueue.create(name, queue_capacity))
-            doorbell = Doorbell()
-            self.proc = subprocess.Popen(
-                [python or sys.executable, "-m", "stub", "--prefix", self.prefix,
-                 "--parent-pid", str(os.getpid()), "--name", instance_name,
-                 "--doorbell-fd", str(doorbell.fd),
-                 "--shm-default-byte-size", str(sizes.default),
-                 "--shm-growth-byte-size", str(sizes.growth), *(debug_args or [])],
-                env=stub_environment(), pass_fds=(doorbell.fd,),
-                **({} if "--debug-terminal" in (debug_args or []) else
-                   {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
-                    "stderr": subprocess.PIPE}))
+            self._doorbell = Doorbell()
         except BaseException:
             for queue in queues:
                 queue.unlink()
                 queue.close()
-            if doorbell is not None:
-                doorbell.close()
             unlink_prefix(self.prefix)
             raise
-        self.output = StubOutput(instance_name, self.proc.stdout, self.proc.stderr) \
-            if self.proc.stdout is not None and self.proc.stderr is not None else None
         self.main_q, self.control_q, self.up_q = queues
-        self._doorbell = doorbell
-        self.pid = self.proc.pid
+
+    @classmethod
+    async def start(cls, instance_name: str, loop: asyncio.AbstractEventLoop,
+                    on_messages: Callable[[list[tuple]], None],
+                    on_exit: Callable[[int], None], launcher: StubLauncher,
+                    python: str | None = None, queue_capacity: int = 1 << 20,
+                    sizes: ShmSizes = ShmSizes(),
+                    debug_args: Sequence[str] = ()) -> StubProcess:
+        """Make the queues and the doorbell and start `python -m stub` with `launcher`;
+        on failure nothing of it is left. `debug_args`: model_debug.py's; with
+        --debug-terminal the stub gets the server's terminal, else its stdout and stderr
+        are pipes whose lines go to the log (stub_output.py)."""
+        self = cls(instance_name, loop, on_messages, on_exit, queue_capacity)
+        reads: list[int] = []  # stdout's and stderr's pipes, unless on the terminal
+        writes: list[int] = []
+        try:
+            if "--debug-terminal" not in debug_args:
+                for _ in range(2):
+                    read, write = os.pipe2(os.O_CLOEXEC)
+                    reads.append(read)
+                    writes.append(write)
+            self.process = await launcher.launch(
+                python or sys.executable,
+                ["--prefix", self.prefix, "--name", instance_name,
+                 "--shm-default-byte-size", str(sizes.default),
+                 "--shm-growth-byte-size", str(sizes.growth), *debug_args],
+                stub_environment(), self._doorbell.fd,
+                (writes[0], writes[1]) if writes else None)
+        except BaseException:
+            for fd in reads:
+                os.close(fd)
+            self._closing = True
+            self._close_shm()
+            raise
+        finally:  # the stub has its copies of the write ends (or did not start)
+            for fd in writes:
+                os.close(fd)
+        self.output = StubOutput(instance_name, open(reads[0], "rb", buffering=0),
+                                 open(reads[1], "rb", buffering=0)) if reads else None
+        self.pid = self.process.pid
+        self.process.on_exit(self._exited)
         loop.add_reader(self._doorbell.fd, self._drain)
-        self._watcher = threading.Thread(target=self._watch, daemon=True,
-                                         name=f"pbserve-watch-{instance_name}")
-        self._watcher.start()
+        return self
 
     # -- sending ----------------------------------------------------------------------
     def send(self, message: tuple) -> None:
@@ -206,24 +225,21 @@ class StubProcess:
             idle_turn(last, now)
             self._loop.call_soon(self._watch_turn, deadline, now)
 
-    def _watch(self) -> None:
-        code = self.proc.wait()
-        self.returncode = code
-        self._exited.set()
+    def _exited(self, code: int) -> None:
         if not self._closing:
-            try:
-                self._loop.call_soon_threadsafe(self._on_exit, code)
-            except RuntimeError:  # the loop is closed: the server is gone already
-                pass
+            self._on_exit(code)
 
     # -- ending -----------------------------------------------------------------------
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode if self.process is not None else None
+
     def alive(self) -> bool:
-        # Not proc.poll(): while the watcher thread waits, poll() cannot see the exit.
-        return not self._exited.is_set()
+        return self.process is not None and self.process.returncode is None
 
     def kill(self) -> None:
-        if self.alive():
-            self.proc.kill()
+        if self.process is not None:
+            self.process.kill()
 
     async def wait_exit(self, timeout: float) -> bool:
         """Wait for the process to end; False on timeout."""
@@ -244,7 +260,10 @@ class StubProcess:
         self.kill()
         if self._doorbell.fd >= 0:
             self._loop.remove_reader(self._doorbell.fd)
-            self._doorbell.close()
+        self._close_shm()
+
+    def _close_shm(self) -> None:
+        self._doorbell.close()
         for queue in (self.main_q, self.control_q, self.up_q):
             queue.unlink()
             queue.close()

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from pbserve.backend.instances.stub_launch import PlainLauncher, StubLauncher
 from pbserve.backend.instances.stub_process import StubProcess
 from pbserve.backend.instances.user_readiness import UserReadiness
 from pbserve.backend.instances.model_debug import stub_debug_args
@@ -94,8 +95,9 @@ class StubSupervisor:
     StubProcess (None between two), `state` the instance's InstanceState."""
 
     def __init__(self, spec: InstanceSpec, host: StubHost, regions: RegionMap,
-                 sizes: ShmSizes) -> None:
+                 sizes: ShmSizes, launcher: StubLauncher | None = None) -> None:
         self.spec = spec
+        self._launcher = launcher or PlainLauncher()
         self.state = InstanceState.STOPPED
         self.stub: StubProcess | None = None
         self.restarts = 0
@@ -153,9 +155,14 @@ class StubSupervisor:
     async def launch(self) -> None:
         """Start the stub process and wait for its handshake (no model code runs yet)."""
         self.state = InstanceState.STARTING
-        self.stub = StubProcess(self.spec.name, self._loop, self._host.on_messages,
-                                self._on_exit, python=self.spec.python, sizes=self._sizes,
-                                debug_args=stub_debug_args(self.spec.model_name))
+        try:
+            self.stub = await StubProcess.start(
+                self.spec.name, self._loop, self._host.on_messages, self._on_exit,
+                self._launcher, python=self.spec.python, sizes=self._sizes,
+                debug_args=stub_debug_args(self.spec.model_name))
+        except BaseException:
+            self.state = InstanceState.STOPPED
+            raise
         try:
             await self._expect(p.READY, "start")
         except BaseException:
