@@ -12,11 +12,28 @@ from typing import Callable
 TARGET_MIB_PER_MIN = 1.0
 
 
-def children(pid: int) -> list[int]:
-    """A server's stubs (its children, or its stub zygote's)."""
-    from pbserve.testing import stub_pids
+def _direct_children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
 
-    return stub_pids(pid)
+
+def children(pid: int) -> list[int]:
+    """The processes below `pid` (a server's stubs): its children, a stub zygote's
+    (stub/zygote.py) in place of the zygote."""
+    found = []
+    for child in _direct_children(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"\0-m\0stub.zygote\0" in command:
+            found += _direct_children(child)
+        else:
+            found.append(child)
+    return found
 
 
 def stub_name(pid: int) -> str:

@@ -231,8 +231,15 @@ def test_a_worker_killed_under_load_loses_nothing(cluster):
 
 
 def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
+    """The processes below a worker: its stub zygote and the stubs it forked (or its
+    stubs, started the plain way)."""
+    def direct(of: int) -> list[int]:
+        try:
+            with open(f"/proc/{of}/task/{of}/children") as f:
+                return [int(p) for p in f.read().split()]
+        except OSError:
+            return []
+    return [p for child in direct(pid) for p in (child, *direct(child))]
 
 
 def _sleeping_worker(cluster: Cluster) -> str | None:

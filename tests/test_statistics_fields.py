@@ -8,6 +8,8 @@ same requests to the same models on both servers give the same counts."""
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import queue
 import subprocess
@@ -171,6 +173,11 @@ def test_a_decoupled_model_has_statistics_per_response_index(pbserve_stats):
     assert over_grpc["response_stats"]["2"]["fail"]["count"] == "2"  # int64 as JSON
 
 
+def _triton_regions() -> set[str]:
+    """The shared memory the real Triton's Python backend names in /dev/shm."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("triton_python_backend_")}
+
+
 @pytest.mark.skipif(not (TRITON_DIST / "bin" / "tritonserver").exists()
                     or not ENV_ANCHOR.exists(),
                     reason="the real tritonserver 2.51 is not installed (setup_anchor.sh)")
@@ -180,6 +187,7 @@ def test_the_counts_are_the_real_triton_ones(repo, pbserve_stats, tmp_path):
     command = (f'source {ENV_ANCHOR} && exec "$TRITON_BIN" '
                f'--backend-directory="$TRITON_BACKENDS" --model-repository={repo} '
                f"--http-port={http} --grpc-port={grpc} --metrics-port={metrics}")
+    before = _triton_regions()
     proc = subprocess.Popen(["bash", "-c", command], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
@@ -196,6 +204,9 @@ def test_the_counts_are_the_real_triton_ones(repo, pbserve_stats, tmp_path):
     finally:
         stop_process_group(proc, 30)
         log.close()
+        for name in _triton_regions() - before:  # what its stubs left in /dev/shm
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{name}")
     for name in MODELS:
         assert _counts(pbserve_stats[name]) == _counts(triton[name]), name
         # Triton's Python backend reports no response statistics; pbserve does.
