@@ -78,12 +78,14 @@ def choose_batch(items: Iterable[tuple[int, float]], preferred: frozenset[int],
     return 0, oldest + delay_s
 
 
-def arm(loop: asyncio.AbstractEventLoop, timer: asyncio.TimerHandle | None, when: float,
-        callback: Callable[[], None]) -> asyncio.TimerHandle:
+def arm(loop: asyncio.AbstractEventLoop, timer: asyncio.Handle | None, when: float,
+        callback: Callable[[], None]) -> asyncio.Handle:
     """One timer serves every wait of a batcher: `timer` when it fires by `when`, else
-    (cancelling it) a new one at `when`."""
+    (cancelling it) a new one at `when`. uvloop answers a `call_at` whose time has passed
+    with a plain Handle (no `when()`): it runs on the next turn, before any `when`."""
     if timer is not None:
-        if timer.when() <= when:
+        fires = getattr(timer, "when", None)
+        if fires is None or fires() <= when:
             return timer
         timer.cancel()
     return loop.call_at(when, callback)
@@ -156,7 +158,7 @@ class Scheduler:
         self._add_level(self._default_level, self._default_policy)
         self._size = 0
         self._next_deadline = math.inf
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self._ordering = ReorderBuffer() if self._batching and db.preserve_ordering else None
 
     def _add_level(self, level: int, policy: QueuePolicy) -> _Level:
