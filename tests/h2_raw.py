@@ -17,12 +17,24 @@ import h2.events
 import h2.settings
 import hpack
 import numpy as np
+import tritonclient.grpc as grpcclient
 from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFrame, SettingsFrame
 from tritonclient.grpc import service_pb2 as pb
+
+from client_inputs import grpc_input
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def infer_once(url: str) -> None:
+    """One ordinary client's call to `identity`, answered right (tritonclient)."""
+    data = np.arange(4, dtype=np.int32)
+    with grpcclient.InferenceServerClient(url) as client:
+        result = client.infer("identity", [grpc_input("INPUT_INT32", data)],
+                              client_timeout=30)
+        assert (result.as_numpy("OUTPUT_INT32") == data).all()
 
 
 def rss_kib(pid: int) -> int:

@@ -10,7 +10,6 @@ Recovery times are bench/soak.py's figures; here a generous deadline only.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import shutil
@@ -26,8 +25,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pbserve.testing import RunningServer, running_nats
+from pbserve.testing import RunningServer, running_nats, stub_pids
 from shm.names import sweep_dead_owners
+from stub_probe import sleeping_in_execute
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANE_ARGS = ["--plane-heartbeat-secs", "1"]
@@ -209,7 +209,7 @@ def test_a_worker_killed_under_load_loses_nothing(cluster):
     wait_for(lambda: _sleeping_worker(cluster) is not None)
     name = _sleeping_worker(cluster)
     victim = cluster.workers[name]
-    stubs = _children(victim.pid)
+    stubs = stub_pids(victim.pid)
     killed = time.monotonic()
     os.kill(victim.pid, signal.SIGKILL)
     victim.proc.wait(10)
@@ -230,30 +230,10 @@ def test_a_worker_killed_under_load_loses_nothing(cluster):
     wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs))
 
 
-def _children(pid: int) -> list[int]:
-    """The processes below a worker: its stub zygote and the stubs it forked (or its
-    stubs, started the plain way)."""
-    def direct(of: int) -> list[int]:
-        try:
-            with open(f"/proc/{of}/task/{of}/children") as f:
-                return [int(p) for p in f.read().split()]
-        except OSError:
-            return []
-    return [p for child in direct(pid) for p in (child, *direct(child))]
-
-
 def _sleeping_worker(cluster: Cluster) -> str | None:
     """A worker whose sleepy stub sleeps in execute (a request in flight there)."""
-    for name, worker in cluster.workers.items():
-        for pid in _children(worker.pid):
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"sleepy" not in f.read():
-                        continue
-                with open(f"/proc/{pid}/wchan") as f:
-                    if f.read() == "hrtimer_nanosleep":
-                        return name
-    return None
+    return next((name for name, worker in cluster.workers.items()
+                 if sleeping_in_execute(worker.pid, "sleepy")), None)
 
 
 # A frontend alone on its plane; a long heartbeat (entries live 30 s), so that a worker
@@ -313,8 +293,8 @@ def test_a_worker_started_again_under_its_name_fails_what_the_old_one_had(lone):
             client.infer("nope", [_sleepy(httpclient, 0)])
         assert err.value.status() == "404"
         pending = client.async_infer("sleepy", [_sleepy(httpclient, 3000)])
-        wait_for(lambda: _sleeping(worker.pid))
-        stubs = _children(worker.pid)
+        wait_for(lambda: sleeping_in_execute(worker.pid))
+        stubs = stub_pids(worker.pid)
         os.kill(worker.pid, signal.SIGKILL)
         worker.proc.wait(10)
         # A supervisor starts it again under its name, long before the old entries'
@@ -327,18 +307,9 @@ def test_a_worker_started_again_under_its_name_fails_what_the_old_one_had(lone):
         assert "worker 'w1' serving model 'sleepy' is gone: it was started again" in \
             err.value.message()
         result = client.infer("sleepy", [_sleepy(httpclient, 0)])
-        assert int(result.as_numpy("PID")[0]) in _children(again.pid)
+        assert int(result.as_numpy("PID")[0]) in stub_pids(again.pid)
     finally:
         worker.stop()
         if again is not None:
             again.stop()
     wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs))
-
-
-def _sleeping(worker_pid: int) -> bool:
-    for pid in _children(worker_pid):
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            with open(f"/proc/{pid}/wchan") as f:
-                if f.read() == "hrtimer_nanosleep":
-                    return True
-    return False

@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from pbserve.testing import RunningServer, running_nats, stub_pids
 from shm.names import sweep_dead_owners
+from stub_probe import sleeping_in_execute
 
 ROOT = Path(__file__).resolve().parent.parent
 HEARTBEAT_S = 1.0  # registry TTL: 3 beats (short ones expire on a loaded machine)
@@ -238,16 +239,8 @@ def _stub_pids(worker_pid: int) -> list[int]:
 
 def _busy_worker(c: Cluster) -> str | None:
     """The name of the worker whose sleepy stub is sleeping in execute, if one is."""
-    for name, worker in c.workers.items():
-        for pid in _stub_pids(worker.pid):
-            with contextlib.suppress(FileNotFoundError):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"sleepy" not in f.read():
-                        continue
-                with open(f"/proc/{pid}/wchan") as f:
-                    if f.read() == "hrtimer_nanosleep":
-                        return name
-    return None
+    return next((name for name, worker in c.workers.items()
+                 if sleeping_in_execute(worker.pid, "sleepy")), None)
 
 
 def _failures(plane: Cluster, model: str) -> int:

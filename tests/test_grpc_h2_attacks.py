@@ -16,16 +16,14 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import hpack
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from hyperframe.frame import HeadersFrame
 
 from tritonclient.utils import InferenceServerException
 
-from client_inputs import grpc_input
 from h2_raw import (
     INFER,
+    infer_once,
     RawClient,
     frames,
     header_block_frames,
@@ -52,14 +50,6 @@ def _server(tmp_path_factory, transport: str):
 def server(tmp_path_factory):
     with _server(tmp_path_factory, "zttp") as srv:
         yield srv
-
-
-def infer_once(url: str) -> None:
-    data = np.arange(4, dtype=np.int32)
-    with grpcclient.InferenceServerClient(url) as client:
-        result = client.infer("identity", [grpc_input("INPUT_INT32", data)],
-                              client_timeout=30)
-        assert (result.as_numpy("OUTPUT_INT32") == data).all()
 
 
 def served(url: str) -> bool:

@@ -16,16 +16,14 @@ from pathlib import Path
 import h2.errors
 import h2.events
 import h2.settings
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from hyperframe.frame import DataFrame, HeadersFrame
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from client_inputs import grpc_input
 from h2_raw import (
     INFER,
+    infer_once,
     STREAM_INFER,
     RawClient,
     grpc_message,
@@ -52,14 +50,6 @@ def timed(tmp_path_factory):
             *(f"--grpc-{kind}-timeout-secs={TIMEOUT}"
               for kind in ("header", "body", "idle", "send"))]) as srv:
         yield srv
-
-
-def infer_once(url: str) -> None:
-    data = np.arange(4, dtype=np.int32)
-    with grpcclient.InferenceServerClient(url) as client:
-        result = client.infer("identity", [grpc_input("INPUT_INT32", data)],
-                              client_timeout=30)
-        assert (result.as_numpy("OUTPUT_INT32") == data).all()
 
 
 def goaway(client: RawClient) -> h2.events.ConnectionTerminated:
