@@ -48,6 +48,30 @@ def varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
+def _field_key(data: bytes, pos: int) -> tuple[int, int, int]:
+    """A field's key at `pos`: (its tag, the bytes after the key that are its body's,
+    where they start). A length-delimited field's length and a varint field's value are
+    read past (a varint's body is then empty); IndexError where `data` ends first."""
+    tag, pos = _varint(data, pos)
+    kind = tag & 7
+    if kind == 2:
+        length, pos = _varint(data, pos)
+        return tag, length, pos
+    if kind == 0:
+        _, pos = _varint(data, pos)
+        return tag, 0, pos
+    if kind == 1:
+        return tag, 8, pos
+    if kind == 5:
+        return tag, 4, pos
+    # groups (3, 4) are not in Triton's messages; 6, 7 are invalid
+    raise DecodeError(f"unexpected wire type {kind}")
+
+
+def _is_raw_input(tag: int) -> bool:
+    return tag == (_RAW_INPUT << 3) | 2
+
+
 def _split(body: bytes) -> tuple[list[memoryview], list[memoryview]]:
     """(the slices holding every field but raw_input_contents, the raw entries' data)."""
     view = memoryview(body)
@@ -57,29 +81,16 @@ def _split(body: bytes) -> tuple[list[memoryview], list[memoryview]]:
     pos = start = 0
     while pos < size:
         field_start = pos
-        tag, pos = _varint(body, pos)
-        kind = tag & 7
-        if kind == 2:
-            length, pos = _varint(body, pos)
-            end = pos + length
-            if end > size:
-                raise DecodeError("truncated message")
-            if tag >> 3 == _RAW_INPUT:
-                if start < field_start:
-                    header.append(view[start:field_start])
-                raw.append(view[pos:end])
-                start = end
-            pos = end
-        elif kind == 0:
-            _, pos = _varint(body, pos)
-        elif kind == 1:
-            pos += 8
-        elif kind == 5:
-            pos += 4
-        else:  # groups (3, 4) are not in Triton's messages; 6, 7 are invalid
-            raise DecodeError(f"unexpected wire type {kind}")
-    if pos != size:
-        raise DecodeError("truncated message")
+        tag, length, pos = _field_key(body, pos)
+        end = pos + length
+        if end > size:
+            raise DecodeError("truncated message")
+        if _is_raw_input(tag):
+            if start < field_start:
+                header.append(view[start:field_start])
+            raw.append(view[pos:end])
+            start = end
+        pos = end
     if start < size:
         header.append(view[start:size])
     return header, raw
@@ -195,19 +206,7 @@ class RequestGatherer:
         `pos`, keeping a key or length split between two pieces; the new position."""
         chunk = self._pending + bytes(data[pos:pos + 20])
         try:
-            tag, at = _varint(chunk, 0)
-            kind = tag & 7
-            if kind == 2:
-                length, at = _varint(chunk, at)
-            elif kind == 0:
-                _, at = _varint(chunk, at)
-                length = 0
-            elif kind == 1:
-                length = 8
-            elif kind == 5:
-                length = 4
-            else:
-                raise DecodeError(f"unexpected wire type {kind}")
+            tag, length, at = _field_key(chunk, 0)
         except IndexError:  # the key or the length goes on in the next piece
             if len(chunk) >= 20:
                 raise DecodeError("varint too long") from None
@@ -217,7 +216,7 @@ class RequestGatherer:
         self._pending = b""
         if length > self._left + len(data) - pos - consumed:
             raise DecodeError("truncated message")
-        if kind == 2 and tag >> 3 == _RAW_INPUT:
+        if _is_raw_input(tag):
             self._start_raw(length)
         else:
             self._header += chunk[:at]
