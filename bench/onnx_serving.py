@@ -26,12 +26,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import os
-import shlex
 import subprocess
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -40,10 +37,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from pbserve.testing import free_ports, running_server, stop_process_group
+from pbserve.testing import running_server
+from triton_anchor import anchor_env, running_triton
 
 WIDTH = 256
-PERF_DIR = Path(__file__).resolve().parents[2] / "shared" / "perf"
 CONFIG = """platform: "onnxruntime_onnx"
 max_batch_size: 8
 dynamic_batching { }
@@ -126,18 +123,6 @@ def direct(path: Path, batch: int, seconds: float) -> tuple[float, float]:
     return len(times) * batch / total_s, float(np.median(times)) / 1e3
 
 
-def anchor_env() -> dict | None:
-    script = PERF_DIR / "env_anchor.sh"
-    if not script.exists():
-        return None
-    r = subprocess.run(["bash", "-c", f"source {shlex.quote(str(script))} && env -0"],
-                       capture_output=True, timeout=30)
-    env = dict(item.split("=", 1) for item in r.stdout.decode(errors="replace").split("\0")
-               if "=" in item)
-    pa = env.get("PERF_ANALYZER", "")
-    return env if pa and os.access(pa, os.X_OK) else None
-
-
 def perf_analyzer(env: dict, url: str, concurrency: int, seconds: float,
                   workdir: Path) -> tuple[float, float]:
     """Inferences/s and p50 (us) from perf_analyzer over gRPC."""
@@ -197,26 +182,8 @@ def _server(name: str, repo: Path, env: dict) -> Iterator[str]:
         with running_server(repo, ready_timeout=60) as server:
             yield server.grpc_url
         return
-    http, grpc, metrics = free_ports(3)
-    argv = [env["TRITON_BIN"], "--model-repository", str(repo), "--backend-directory",
-            env["TRITON_BACKENDS"], "--http-port", str(http), "--grpc-port", str(grpc),
-            "--metrics-port", str(metrics), "--http-address", "127.0.0.1",
-            "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("tritonserver did not get ready") from None
-                time.sleep(0.2)
-        yield f"127.0.0.1:{grpc}"
-    finally:
-        stop_process_group(proc, 30)
+    with running_triton(repo, env) as (grpc_url, _):
+        yield grpc_url
 
 
 def main() -> None:

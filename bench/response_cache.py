@@ -24,20 +24,17 @@ import base64
 import contextlib
 import csv
 import json
-import os
-import shlex
 import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from pbserve.testing import free_ports, running_server, stop_process_group
+from pbserve.testing import running_server
+from triton_anchor import anchor_env, running_triton
 
-PERF_DIR = Path(__file__).resolve().parents[2] / "shared" / "perf"
 MODEL = '''
 import triton_python_backend_utils as pb_utils
 
@@ -63,18 +60,6 @@ ROWS = {
     "1 MiB hit": (1 << 18, 2, 4 << 20),
     "1 MiB miss": (1 << 18, 3, 5 << 19),
 }
-
-
-def anchor_env() -> dict | None:
-    script = PERF_DIR / "env_anchor.sh"
-    if not script.exists():
-        return None
-    r = subprocess.run(["bash", "-c", f"source {shlex.quote(str(script))} && env -0"],
-                       capture_output=True, timeout=30)
-    env = dict(item.split("=", 1) for item in r.stdout.decode(errors="replace").split("\0")
-               if "=" in item)
-    ok = all(os.access(env.get(k, ""), os.X_OK) for k in ("PERF_ANALYZER", "TRITON_BIN"))
-    return env if ok else None
 
 
 def input_data(path: Path, elements: int, distinct: int) -> None:
@@ -111,28 +96,10 @@ def server(name: str, repo: Path, env: dict, cache_bytes: int) -> Iterator[tuple
                             ready_timeout=60) as pb:
             yield pb.grpc_url, pb.http_url
         return
-    http, grpc, metrics = free_ports(3)
-    argv = [env["TRITON_BIN"], "--model-repository", str(repo), "--backend-directory",
-            env["TRITON_BACKENDS"], "--cache-directory", env["TRITON_DIST"] + "/caches",
-            "--cache-config", f"local,size={cache_bytes}",
-            "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port",
-            str(metrics), "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-            "--metrics-address", "127.0.0.1"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("tritonserver did not get ready") from None
-                time.sleep(0.2)
-        yield f"127.0.0.1:{grpc}", f"127.0.0.1:{http}"
-    finally:
-        stop_process_group(proc, 30)
+    with running_triton(repo, env, ["--cache-directory", env["TRITON_DIST"] + "/caches",
+                                    "--cache-config", f"local,size={cache_bytes}"],
+                        ready_timeout=90) as urls:
+        yield urls
 
 
 def cache_counts(http_url: str) -> tuple[int, int]:
@@ -150,7 +117,7 @@ def main() -> None:
                     "(e.g. '64 B')")
     args = ap.parse_args()
     rows = {row: spec for row, spec in ROWS.items() if args.rows in row}
-    env = anchor_env()
+    env = anchor_env(("PERF_ANALYZER", "TRITON_BIN"))
     if env is None:
         raise SystemExit("perf_analyzer / tritonserver not found: bash "
                          "../shared/perf/setup_anchor.sh")
