@@ -3,7 +3,9 @@
 A call is `(CALL, call_id, op, args)` on the up queue; the parent answers on the control
 queue with `(REPLY, call_id, error, value)`, or for a stream with any number of
 `(STREAM_ITEM, call_id, value, final)`. The control thread hands answers to the waiter:
-a blocked thread (`call`), an asyncio future (`call_async`), or a stream sink.
+a blocked thread (`call`), an asyncio future (`call_async`), or a stream sink. The main
+thread's blocking calls are CALL_DIRECTs instead, answered on the main queue, which it
+reads itself while it waits (direct_replies.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Callable
 
 from backend_utils.error import TritonModelException
 from stub import protocol as p
+from stub.direct_replies import DirectReplies
 
 
 class _Blocking:
@@ -50,8 +53,10 @@ class _Async:
 
 
 class Calls:
-    def __init__(self, send: Callable[[tuple], None]) -> None:
+    def __init__(self, send: Callable[[tuple], None],
+                 direct: DirectReplies | None = None) -> None:
         self._send = send
+        self._direct = direct
         self._ids = itertools.count(1)
         self._waiting: dict[int, Any] = {}
         self._streams: dict[int, Callable[[Any, bool], None]] = {}
@@ -59,12 +64,19 @@ class Calls:
 
     def call(self, op: str, *args: Any) -> Any:
         """Ask the parent and block until it answers; TritonModelException on error."""
-        waiter = _Blocking()
-        self._start(op, args, waiter)
-        waiter.event.wait()
-        if waiter.error is not None:
-            raise TritonModelException(waiter.error)
-        return waiter.value
+        direct = self._direct
+        if direct is not None and direct.on_main_thread():
+            call_id = next(self._ids)
+            self._send(p.call_direct(call_id, op, args))
+            error, value = direct.wait(call_id)
+        else:
+            waiter = _Blocking()
+            self._start(op, args, waiter)
+            waiter.event.wait()
+            error, value = waiter.error, waiter.value
+        if error is not None:
+            raise TritonModelException(error)
+        return value
 
     def call_async(self, op: str, *args: Any) -> asyncio.Future:
         """The same, as a future of the running event loop (nothing blocks)."""

@@ -35,7 +35,8 @@ FINALIZE = 3      # (FINALIZE,)
 RELEASE = 4       # control queue: (RELEASE, frees: tuple[(region, offset)])
 CANCEL = 5        # control queue: (CANCEL, key)
 AUTO_COMPLETE = 6  # (AUTO_COMPLETE, model_path, config_json, backend_path)
-REPLY = 7         # control queue: (REPLY, call_id, error: str | None, value)
+REPLY = 7         # control queue: (REPLY, call_id, error: str | None, value); the main
+#   queue for a CALL_DIRECT (its main thread waits there, stub/direct_replies.py)
 STREAM_ITEM = 8   # control queue: (STREAM_ITEM, call_id, value, final: bool)
 SEQUENCE_TERMINATED = 9  # (SEQUENCE_TERMINATED, correlation_id: int | str, reason: str)
 #   the model's optional `sequence_terminated(correlation_id, reason)`; no answer
@@ -68,6 +69,8 @@ NOTIFY = 112      # (NOTIFY, op, args): a CALL that wants no answer (metric dele
 READINESS = 113   # (READINESS, error: str | None, ready: bool): what `is_ready()` said
 REGIONS_GONE = 114  # (REGIONS_GONE, names): this stub gave these pool regions back
 SHM_PRESSURE = 115  # (SHM_PRESSURE,): this stub found /dev/shm full; the others should trim
+CALL_DIRECT = 116  # (CALL_DIRECT, call_id, op, args): a CALL from the main thread, which
+#   blocks on the main queue for its REPLY
 
 # The constructors below are the one place each message's fields are put in order; the
 # readers unpack them in that order (`_, batch_id, error, ... = message`), and the two
@@ -218,6 +221,10 @@ def auto_completed(error: str | None, config_json: str | None) -> tuple:
 
 def call(call_id: int, op: str, args: tuple) -> tuple:
     return (CALL, call_id, op, args)
+
+
+def call_direct(call_id: int, op: str, args: tuple) -> tuple:
+    return (CALL_DIRECT, call_id, op, args)
 
 
 def call_cancel(call_id: int) -> tuple:

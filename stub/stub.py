@@ -2,7 +2,8 @@
 
 Three queues connect it to the parent (all in shm):
 - main (parent -> stub): INIT, EXECUTE, FINALIZE, read by the main thread, which runs
-  the model's `initialize`, `execute` and `finalize`.
+  the model's `initialize`, `execute` and `finalize` (and the answers to the calls that
+  thread makes, stub/direct_replies.py).
 - control (parent -> stub): RELEASE and CANCEL, read by a control thread so that they
   arrive while `execute` runs.
 - up (stub -> parent): everything the stub says.
@@ -35,6 +36,7 @@ from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
+from stub.direct_replies import DirectReplies
 from stub.context import CURRENT_KEYS
 from stub.errors import StubError
 from stub.errors import describe as _describe
@@ -83,7 +85,8 @@ class Stub:
         self.cancel_coroutines = False
         self.log_levels = LogLevels()
         self.async_loop = AsyncLoopThread(self.log_error)
-        self.calls = Calls(self.send)
+        self.main_messages = DirectReplies(self.main_q)  # Stub is made on the main thread
+        self.calls = Calls(self.send, self.main_messages)
         self.borrowed = BorrowedBlocks()
         self.memory = StubMemory(self.pool, self.regions, self.borrowed)
         self.bls = BlsClient(self.memory, self.send, self.calls)
@@ -149,7 +152,8 @@ class Stub:
                 # Idle, a stub sleeps until a message comes: it wakes every
                 # PARENT_CHECK_S only while its pool has a region to give back (its
                 # death with the parent is the kernel's: stub/parent_death.py).
-                raw = self.main_q.get(PARENT_CHECK_S if self.pool.has_spare() else None)
+                raw = self.main_messages.next(
+                    PARENT_CHECK_S if self.pool.has_spare() else None)
                 if raw is None:
                     if not self.parent_alive():
                         return
@@ -214,7 +218,7 @@ class Stub:
         machine has CPU to spare. Yields the CPU on each poll: the parent, which is
         making the request, may need it. Whether a message came."""
         deadline = time.perf_counter_ns() + budget_ns
-        pending, now, yield_cpu = self.main_q.pending, time.perf_counter_ns, os.sched_yield
+        pending, now, yield_cpu = self.main_messages.pending, time.perf_counter_ns, os.sched_yield
         while not pending() and now() < deadline:
             yield_cpu()
         return pending()

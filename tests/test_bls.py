@@ -218,3 +218,25 @@ def test_a_kept_bls_output_lent_from_an_input_stays_valid(server):
         kept = client.infer("bls_keeper", [h_in("INPUT_FP32", x)]).as_numpy("KEPT")
         seen.append(float(i))
         assert kept.tolist() == seen
+
+
+def test_bls_from_the_main_thread_and_a_model_thread_under_concurrent_requests(server):
+    """The main thread's calls are answered on its main queue (stub/direct_replies.py),
+    a model thread's through the control thread; with eight clients on one instance the
+    next EXECUTE waits on that main queue while the main thread waits for its answer,
+    and must be run after it, in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> None:
+        client = server.http_client()
+        x = np.arange(i % 7 + 1, dtype=np.float32) * i
+        result = client.infer("bls_two_threads", [h_in("INPUT_FP32", x)])
+        np.testing.assert_array_equal(result.as_numpy("FROM_MAIN"), x + 1)
+        np.testing.assert_array_equal(result.as_numpy("FROM_WORKER"), x * 2)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(48)))
+    import urllib.request
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:
+        text = reply.read().decode()
+    assert 'bls_two_threads_calls{model="bls_two_threads"} 48' in text

@@ -95,6 +95,7 @@ class ModelInstance:
         self._frees = self._outputs.frees  # owed to the stub: they go with the next EXECUTE
         self.hop = Hop()  # the hop's average and the latency tricks weighing it (hop.py)
         self._handlers = self._message_handlers()
+        self._direct_calls: set[int] = set()  # CALL_DIRECTs not answered yet
 
     def configure(self, config_json: str, decoupled: bool) -> None:
         """Adopt the model's completed config (after auto-complete, before `start`)."""
@@ -205,6 +206,7 @@ class ModelInstance:
 
     def stub_gone(self) -> None:
         self._calls.caller_gone(self)
+        self._direct_calls.clear()
         self._frees.clear()
 
     def stub_down(self, cause: str, restart_failed: bool) -> None:
@@ -303,8 +305,13 @@ class ModelInstance:
             stub.watch_up(REPLY_WATCH_NS)
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
-        """Answer a CALL of this stub (on its control queue)."""
-        self._supervisor.send_control(p.reply(call_id, error, value))
+        """Answer a CALL of this stub: on its control queue, or on its main queue for a
+        CALL_DIRECT (the stub's main thread waits there itself)."""
+        if call_id in self._direct_calls:
+            self._direct_calls.discard(call_id)
+            self._supervisor.send_main(p.reply(call_id, error, value))
+        else:
+            self._supervisor.send_control(p.reply(call_id, error, value))
 
     def reply_item(self, call_id: int, value: object, final: bool) -> None:
         """One answer of a streamed CALL of this stub."""
@@ -340,13 +347,19 @@ class ModelInstance:
     def _message_handlers(self) -> dict[int, Callable[[tuple], None]]:
         return {p.RESPONSES: self._on_responses, p.SEND: self._on_send,
                 p.BATCH_DONE: self._on_batch_done, p.LOG: self._on_log,
-                p.CALL: self._on_call, p.BLS_RELEASE: self._on_bls_release,
+                p.CALL: self._on_call, p.CALL_DIRECT: self._on_call_direct,
+                p.BLS_RELEASE: self._on_bls_release,
                 p.CALL_CANCEL: self._on_call_cancel, p.NOTIFY: self._on_notify,
                 p.REGIONS_GONE: self._on_regions_gone, p.SHM_PRESSURE: self._on_shm_pressure,
                 p.READINESS: self._on_readiness}
 
     def _on_call(self, message: tuple) -> None:
         _, call_id, op, args = message
+        self._calls.handle(self, call_id, op, args)
+
+    def _on_call_direct(self, message: tuple) -> None:
+        _, call_id, op, args = message
+        self._direct_calls.add(call_id)
         self._calls.handle(self, call_id, op, args)
 
     def _on_bls_release(self, message: tuple) -> None:

@@ -126,6 +126,11 @@ class StubSupervisor:
         if self.stub is not None and self.stub.alive():
             self.stub.send_control(message)
 
+    def send_main(self, message: tuple) -> None:
+        """A message on the stub's main queue, if the stub is alive."""
+        if self.stub is not None and self.stub.alive():
+            self.stub.send(message)
+
     def answered(self, message: tuple) -> None:
         """A message the host does not handle: the answer a lifecycle step waits for."""
         if self._waiter is not None and not self._waiter.done():

@@ -1,0 +1,52 @@
+"""The stub's main thread waiting for its call's answer on its main queue
+(stub/direct_replies.py), over a real shm queue: what else comes meanwhile is kept, in
+order, for the main loop."""
+
+from __future__ import annotations
+
+import threading
+
+from shm.queue import MessageQueue
+from stub import protocol as p
+from stub.calls import Calls
+from stub.direct_replies import DirectReplies
+
+
+def test_the_awaited_reply_is_returned_and_everything_else_kept_in_order(prefix):
+    queue = MessageQueue.create(prefix + "-m", 1 << 16)
+    try:
+        replies = DirectReplies(queue)
+        execute = p.encode(p.execute(7, (), ()))
+        for raw in (execute, b"", p.encode(p.finalize()), p.encode(p.reply(3, None, "ok"))):
+            queue.put(raw)
+        assert replies.wait(3) == (None, "ok")
+        assert replies.pending()
+        assert [replies.next(0) for _ in range(3)] == [execute, b"", p.encode(p.finalize())]
+        assert not replies.pending() and replies.next(0) is None
+    finally:
+        queue.unlink()
+        queue.close()
+
+
+def test_only_the_main_thread_calls_on_the_main_queue(prefix):
+    """Calls from another thread go up as CALL and wait for the control thread's hand-over;
+    the main thread's go up as CALL_DIRECT and read their answer themselves."""
+    queue = MessageQueue.create(prefix + "-m", 1 << 16)
+    try:
+        sent: list[tuple] = []
+        calls = Calls(sent.append, DirectReplies(queue))
+        queue.put(p.encode(p.reply(1, None, 42)))
+        assert calls.call("op") == 42
+        assert sent[-1] == p.call_direct(1, "op", ())
+        result = []
+        worker = threading.Thread(target=lambda: result.append(calls.call("op", 5)))
+        worker.start()
+        while len(sent) < 2:
+            threading.Event().wait(0.01)
+        assert sent[-1] == p.call(2, "op", (5,))
+        calls.on_reply(2, None, "from control")
+        worker.join(5)
+        assert result == ["from control"]
+    finally:
+        queue.unlink()
+        queue.close()
