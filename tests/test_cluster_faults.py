@@ -26,19 +26,13 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from pbserve.testing import RunningServer, running_nats, stub_pids
+from polling import wait_for
 from shm.names import sweep_dead_owners
 from stub_probe import sleeping_in_execute
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANE_ARGS = ["--plane-heartbeat-secs", "1"]
 ANSWER_WITHIN_S = 60.0  # a request not answered by then is lost
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not met in {timeout} s: {condition}"
-        time.sleep(0.05)
 
 
 def _repository(tmp: Path) -> Path:
@@ -150,7 +144,8 @@ class Cluster:
         for server in (*self.workers.values(), self.frontend):
             server.wait_ready(60)
         client = self.frontend.http_client()
-        wait_for(lambda: all(client.is_model_ready(m) for m in ("sleepy", "repeat")), 60)
+        wait_for(lambda: all(client.is_model_ready(m) for m in ("sleepy", "repeat")),
+                 "sleepy and repeat ready", 60)
 
     def load(self) -> Load:
         return Load(self.frontend.http_url, self.frontend.grpc_url)
@@ -182,13 +177,14 @@ def _answered_after(outcomes_of, moment: float) -> bool:
 def test_a_nats_server_restart_under_load_loses_nothing(cluster):
     load = cluster.load()
     load.start()
-    wait_for(lambda: _answered_after(lambda: load.outcomes, 0))
+    wait_for(lambda: _answered_after(lambda: load.outcomes, 0), "a first answer", 30)
     killed = time.monotonic()
     cluster.nats.kill()
     time.sleep(1.5)  # clients keep sending into the gap
     cluster.nats.start()
     back = time.monotonic()
-    wait_for(lambda: _answered_after(lambda: load.outcomes, back), 60)
+    wait_for(lambda: _answered_after(lambda: load.outcomes, back),
+             "answers after the worker came back", 60)
     outcomes = load.finish()
 
     assert not [o for o in outcomes if o.error == "lost"]
@@ -206,7 +202,7 @@ def test_a_nats_server_restart_under_load_loses_nothing(cluster):
 def test_a_worker_killed_under_load_loses_nothing(cluster):
     load = cluster.load()
     load.start()
-    wait_for(lambda: _sleeping_worker(cluster) is not None)
+    wait_for(lambda: _sleeping_worker(cluster) is not None, "a worker running sleepy", 30)
     name = _sleeping_worker(cluster)
     victim = cluster.workers[name]
     stubs = stub_pids(victim.pid)
@@ -215,7 +211,8 @@ def test_a_worker_killed_under_load_loses_nothing(cluster):
     victim.proc.wait(10)
     # The survivor serves everything from now on; the requests the victim had fail
     # once its registry entries expire (3 heartbeats).
-    wait_for(lambda: _answered_after(lambda: load.outcomes, killed + 4), 60)
+    wait_for(lambda: _answered_after(lambda: load.outcomes, killed + 4),
+             "answers after the kill", 60)
     outcomes = load.finish()
     victim.stop()
 
@@ -227,7 +224,8 @@ def test_a_worker_killed_under_load_loses_nothing(cluster):
         assert f"worker '{name}' serving model " in o.error and "is gone" in o.error, o
         assert o.status in ("", "503"), o
     # Its stubs end once they see it gone.
-    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs))
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs),
+             "the killed worker's stubs to end", 30)
 
 
 def _sleeping_worker(cluster: Cluster) -> str | None:
@@ -287,13 +285,13 @@ def test_a_worker_started_again_under_its_name_fails_what_the_old_one_had(lone):
     try:
         worker.wait_ready(60)
         client = frontend.http_client(network_timeout=120)
-        wait_for(lambda: client.is_model_ready("sleepy"), 60)
+        wait_for(lambda: client.is_model_ready("sleepy"), "sleepy ready", 60)
         # Once a worker has joined, a model no worker serves is unknown, as locally.
         with pytest.raises(InferenceServerException, match="unknown model: 'nope'") as err:
             client.infer("nope", [_sleepy(httpclient, 0)])
         assert err.value.status() == "404"
         pending = client.async_infer("sleepy", [_sleepy(httpclient, 3000)])
-        wait_for(lambda: sleeping_in_execute(worker.pid))
+        wait_for(lambda: sleeping_in_execute(worker.pid), "a stub sleeping in execute", 30)
         stubs = stub_pids(worker.pid)
         os.kill(worker.pid, signal.SIGKILL)
         worker.proc.wait(10)
@@ -312,4 +310,5 @@ def test_a_worker_started_again_under_its_name_fails_what_the_old_one_had(lone):
         worker.stop()
         if again is not None:
             again.stop()
-    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs))
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs),
+             "the killed worker's stubs to end", 30)
