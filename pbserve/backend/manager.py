@@ -40,7 +40,7 @@ from pbserve.backend.repository.repository import (
     served_versions)
 from pbserve.backend.instances.remote_calls import RemoteModels
 from pbserve.backend.repository.dependencies import (
-    WaitingEnsembles, check_not_loading, loading)
+    CircularDependency, WaitingEnsembles, check_not_loading, loading)
 from pbserve.backend.repository.namespaces import Namespaces
 from pbserve.backend.repository.repository_poller import RepositoryPoller, fingerprint
 from pbserve.backend.shared_memory import SharedMemoryManager
@@ -499,7 +499,8 @@ class ModelManager:
         try:
             return await self._load_ensemble_checked(name, model_dir, cfg, versions)
         except ServerError as err:
-            if err.message.startswith(("load failed for model", "circular dependency")):
+            if isinstance(err, CircularDependency) or \
+                    err.message.startswith("load failed for model"):
                 raise
             raise ServerError(err.code, f"load failed for model '{name}': {err.message}"
                               ) from None
@@ -571,7 +572,7 @@ class ModelManager:
         try:
             await self._load(name)
         except ServerError as err:
-            if "circular dependency between ensembles" in err.message:
+            if isinstance(err, CircularDependency):
                 raise
             raise invalid_arg(
                 f"ensemble '{ensemble}' depends on '{name}' which has no loaded version. "

@@ -13,19 +13,27 @@ import contextlib
 import contextvars
 from typing import Iterator
 
-from pbserve.errors import invalid_arg
+from pbserve.errors import ErrorCode, ServerError
 
 # The ensembles whose loads wait for the one in progress, outermost first.
 _CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
     "loading_ensembles", default=())
 
 
+class CircularDependency(ServerError):
+    """An ensemble met again on the chain of loads it is waiting for (INVALID_ARG). The
+    loads on that chain pass it up as it is, unwrapped by their own words."""
+
+    def __init__(self, name: str, chain: tuple[str, ...]) -> None:
+        super().__init__(ErrorCode.INVALID_ARG, f"circular dependency between ensembles: "
+                                                f"{name} -> ... -> {chain[-1]} -> {name}")
+
+
 def check_not_loading(name: str) -> None:
-    """INVALID_ARG when `name` is an ensemble whose load is waiting for this one."""
+    """CircularDependency when `name` is an ensemble whose load is waiting for this one."""
     chain = _CHAIN.get()
     if name in chain:
-        raise invalid_arg(f"circular dependency between ensembles: {name} -> ... -> "
-                          f"{chain[-1]} -> {name}")
+        raise CircularDependency(name, chain)
 
 
 @contextlib.contextmanager
