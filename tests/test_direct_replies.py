@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+from polling import wait_for
 from shm.queue import MessageQueue
 from stub import protocol as p
 from stub.calls import Calls
@@ -41,8 +42,7 @@ def test_only_the_main_thread_calls_on_the_main_queue(prefix):
         result = []
         worker = threading.Thread(target=lambda: result.append(calls.call("op", 5)))
         worker.start()
-        while len(sent) < 2:
-            threading.Event().wait(0.01)
+        wait_for(lambda: len(sent) == 2, "the worker's CALL", 5)
         assert sent[-1] == p.call(2, "op", (5,))
         calls.on_reply(2, None, "from control")
         worker.join(5)
