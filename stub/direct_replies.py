@@ -6,6 +6,11 @@ came on the control queue: two wake-ups (the control thread's, then the main
 thread's) and the GIL handed between them, at every call. Here the main thread reads the
 main queue itself until its REPLY is there: the parent's post wakes it directly.
 
+While `poll_ns` is set (the stub does so for a request the parent announced: it does
+only while the machine has CPU to spare), the main thread polls for the answer that long,
+yielding the CPU on each look, before it sleeps: a BLS call to a short model is answered
+in about a hop, and a sleeping thread's wake-up on an idle CPU costs tens of us more.
+
 Only the main thread makes such calls, one at a time, so the only REPLY on the main
 queue is the awaited one. Whatever else comes there meanwhile (the next EXECUTE, an
 announcement, LOG_SETTINGS, FINALIZE) is held, in order, for the main loop (`next`).
@@ -14,7 +19,9 @@ announcement, LOG_SETTINGS, FINALIZE) is held, in order, for the main loop (`nex
 from __future__ import annotations
 
 import collections
+import os
 import threading
+import time
 from typing import Any
 
 from shm.queue import MessageQueue
@@ -28,12 +35,18 @@ class DirectReplies:
         self._queue = main_q
         self._thread = threading.get_ident()  # made on the thread that runs the main loop
         self._held: collections.deque[bytes] = collections.deque()
+        self.poll_ns = 0  # how long `wait` polls before it sleeps (0: it sleeps at once)
 
     def on_main_thread(self) -> bool:
         return threading.get_ident() == self._thread
 
     def wait(self, call_id: int) -> tuple[str | None, Any]:
         """The (error, value) of the REPLY to CALL_DIRECT `call_id`; on the main thread."""
+        if self.poll_ns:
+            deadline = time.perf_counter_ns() + self.poll_ns
+            pending, now, yield_cpu = self._queue.pending, time.perf_counter_ns, os.sched_yield
+            while not pending() and now() < deadline:
+                yield_cpu()
         while True:
             raw = self._queue.get()
             if raw:

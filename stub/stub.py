@@ -52,6 +52,7 @@ EXPECT_NS = 200_000  # how long an announced request is polled for before sleepi
 # After answering an announced request, the next is polled for this long, if the time
 # from an answer to the next request has recently been shorter (`_time_gap`).
 NEXT_NS = 300_000
+REPLY_POLL_NS = 300_000  # ... and a BLS answer, during an announced request (direct_replies)
 PRESSURE_PAUSE_S = 0.05  # /dev/shm full: how long the others get to give memory back
 SHM_WAIT_S = 10.0  # ... and how long an allocation waits for memory in all
 CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
@@ -174,6 +175,8 @@ class Stub:
     def _on_execute_msg(self, message: tuple) -> None:
         self._time_gap()
         _, batch_id, requests, frees = message
+        # An announced request: the machine has CPU to spare, BLS answers are polled for
+        self.main_messages.poll_ns = REPLY_POLL_NS if self._announced else 0
         self.on_execute(batch_id, requests, frees)
         self._answered_ns = time.perf_counter_ns()
         if self._announced:

@@ -50,3 +50,21 @@ def test_only_the_main_thread_calls_on_the_main_queue(prefix):
     finally:
         queue.unlink()
         queue.close()
+
+
+def test_a_polled_wait_takes_the_answer_whether_it_comes_during_the_poll_or_after(prefix):
+    """`poll_ns` (an announced request): the main thread looks for its answer before it
+    sleeps; an answer that comes within the poll and one that comes after both arrive."""
+    queue = MessageQueue.create(prefix + "-m", 1 << 16)
+    try:
+        replies = DirectReplies(queue)
+        for poll_ns, delay_s in ((200_000_000, 0.01), (1_000_000, 0.05)):
+            replies.poll_ns = poll_ns
+            timer = threading.Timer(delay_s, queue.put, (p.encode(p.reply(9, None, poll_ns)),))
+            timer.start()
+            assert replies.wait(9) == (None, poll_ns)
+            timer.join()
+        assert not replies.pending()
+    finally:
+        queue.unlink()
+        queue.close()

@@ -196,3 +196,44 @@ def test_a_request_whose_timeout_passes_while_queued_in_the_stub_is_not_executed
             client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))],
                          timeout=200_000)
         assert first.get_result().as_numpy("PID")[0] > 0
+
+
+def test_an_instance_waiting_on_its_bls_call_is_not_counted_as_computing(monkeypatch):
+    """While a stub's main thread waits for a BLS answer (CALL_DIRECT) its instance runs
+    a batch but takes no CPU: the parent still watches for the callee's reply (one
+    instance computes), and for the caller's next message once it has its answer. The
+    count comes back to zero every way a call ends, a killed caller included."""
+    watched: list[str] = []
+    watch_up = StubProcess.watch_up
+
+    def recorded(self, budget_ns: int) -> None:
+        watched.append(self.instance_name)
+        watch_up(self, budget_ns)
+
+    monkeypatch.setattr(StubProcess, "watch_up", recorded)
+    with load_models(MODELS, models=["bls_to_sleepy", "sleepy"]) as models:
+        running = models.manager._running
+        for _ in range(5):
+            models.infer("bls_to_sleepy", sleep_ms(0))
+        assert any(name.startswith("sleepy") for name in watched)  # the callee's reply
+        assert any(name.startswith("bls_to_sleepy") for name in watched)  # after it
+        assert (running.count, running.waiting) == (0, 0)
+
+        caller = models.manager.model("bls_to_sleepy", "").instances[0]
+        failed: list[Exception] = []
+
+        def call() -> None:
+            try:
+                models.infer("bls_to_sleepy", sleep_ms(3000))
+            except Exception as exc:  # noqa: BLE001 - the test looks at it
+                failed.append(exc)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        wait_for(lambda: running.waiting == 1, "the caller waiting on its BLS call")
+        assert running.count == 2 and running.computing == 1
+        os.kill(caller.pid, signal.SIGKILL)
+        thread.join(30)
+        assert failed and "exited with signal 9" in str(failed[0])
+        wait_for(lambda: running.count == 0, "sleepy's call to end", 10)
+        assert running.waiting == 0

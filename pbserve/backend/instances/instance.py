@@ -36,14 +36,20 @@ _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging
 
 
 class RunningInstances:
-    """How many instances of one server are running a batch (touched only on its event
-    loop). The parent watches for a reply only while this is one: its idle turns then
-    take no CPU that another instance's stub needs."""
+    """How many instances of one server are running a batch, and how many of those wait
+    for the answer to a CALL_DIRECT (a BLS `exec()`: the stub's main thread sleeps
+    meanwhile). Touched only on the event loop. The parent watches for a reply only while
+    one instance computes: its idle turns then take no CPU that another stub needs."""
 
-    __slots__ = ("count",)
+    __slots__ = ("count", "waiting")
 
     def __init__(self) -> None:
         self.count = 0
+        self.waiting = 0
+
+    @property
+    def computing(self) -> int:
+        return self.count - self.waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,7 @@ class ModelInstance:
         self.hop = Hop()  # the hop's average and the latency tricks weighing it (hop.py)
         self._handlers = self._message_handlers()
         self._direct_calls: set[int] = set()  # CALL_DIRECTs not answered yet
+        self._waiting = False  # counted in `_running.waiting` (`_count_waiting`)
 
     def configure(self, config_json: str, decoupled: bool) -> None:
         """Adopt the model's completed config (after auto-complete, before `start`)."""
@@ -207,6 +214,7 @@ class ModelInstance:
     def stub_gone(self) -> None:
         self._calls.caller_gone(self)
         self._direct_calls.clear()
+        self._count_waiting()
         self._frees.clear()
 
     def stub_down(self, cause: str, restart_failed: bool) -> None:
@@ -301,7 +309,7 @@ class ModelInstance:
         running and this instance's recent hops fit in the budget."""
         stub = self._supervisor.stub
         if not self.decoupled and stub is not None and self._staged is None \
-                and self.hop.may_watch(self._running.count):
+                and self.hop.may_watch(self._running.computing):
             stub.watch_up(REPLY_WATCH_NS)
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
@@ -309,7 +317,13 @@ class ModelInstance:
         CALL_DIRECT (the stub's main thread waits there itself)."""
         if call_id in self._direct_calls:
             self._direct_calls.discard(call_id)
+            self._count_waiting()
             self._supervisor.send_main(p.reply(call_id, error, value))
+            # Its stub goes on with `execute`: its next call or its answer comes soon
+            # when the calls are short, and a loop asleep in epoll would be woken for it.
+            stub = self._supervisor.stub
+            if stub is not None and self._running.computing == 1:
+                stub.watch_up(REPLY_WATCH_NS)
         else:
             self._supervisor.send_control(p.reply(call_id, error, value))
 
@@ -360,6 +374,7 @@ class ModelInstance:
     def _on_call_direct(self, message: tuple) -> None:
         _, call_id, op, args = message
         self._direct_calls.add(call_id)
+        self._count_waiting()
         self._calls.handle(self, call_id, op, args)
 
     def _on_bls_release(self, message: tuple) -> None:
@@ -448,7 +463,16 @@ class ModelInstance:
         if self.busy:
             self._running.count -= 1
             self.busy = False
+            self._count_waiting()
             self.hop.answered(time.monotonic_ns())
+
+    def _count_waiting(self) -> None:
+        """Keep `_running.waiting` counting this instance while it runs a batch whose
+        main thread waits for a CALL_DIRECT's answer."""
+        waiting = self.busy and bool(self._direct_calls)
+        if waiting != self._waiting:
+            self._waiting = waiting
+            self._running.waiting += 1 if waiting else -1
 
     def _start_next(self) -> None:
         """The stub goes on with the batch that waited in its queue: its compute time

@@ -103,6 +103,7 @@ class StubProcess:
         self._on_messages = on_messages
         self._on_exit = on_exit
         self._closing = False
+        self._watch_deadline = 0  # perf_counter_ns the up queue's watch ends (0: none)
         self.process: LaunchedStub | None = None
         queues: list[MessageQueue] = []
         try:  # what a failed start made (no fds left) is removed here
@@ -210,20 +211,28 @@ class StubProcess:
         without the loop sleeping in epoll and being woken by the doorbell. The loop goes
         on with its other work between turns (other calls, other connections); when it
         has none it turns at once, yielding the CPU on each such turn, so that other
-        runnable work on a busy machine (the stub, the client) goes first."""
+        runnable work on a busy machine (the stub, the client) goes first. A watch
+        already on is extended, not doubled."""
         now = time.perf_counter_ns()
-        self._loop.call_soon(self._watch_turn, now + budget_ns, now)
+        watching = self._watch_deadline != 0
+        self._watch_deadline = max(self._watch_deadline, now + budget_ns)
+        if not watching:
+            self._loop.call_soon(self._watch_turn, now)
 
-    def _watch_turn(self, deadline: int, last: int) -> None:
+    def _watch_turn(self, last: int) -> None:
         if self._closing:  # its queues may be gone
+            self._watch_deadline = 0
             return
         if self.up_q.pending():
+            self._watch_deadline = 0
             self._drain()
             return
         now = time.perf_counter_ns()
-        if now < deadline:
+        if now < self._watch_deadline:
             idle_turn(last, now)
-            self._loop.call_soon(self._watch_turn, deadline, now)
+            self._loop.call_soon(self._watch_turn, now)
+        else:
+            self._watch_deadline = 0
 
     def _exited(self, code: int) -> None:
         if not self._closing:
