@@ -22,10 +22,20 @@ import collections
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from shm.queue import MessageQueue
 from stub import protocol as p
+
+
+def poll(pending: Callable[[], bool], budget_ns: int) -> bool:
+    """Look at `pending()` for at most `budget_ns`, yielding the CPU between looks (the
+    process that will put the message may need it); whether it became true."""
+    deadline = time.perf_counter_ns() + budget_ns
+    now, yield_cpu = time.perf_counter_ns, os.sched_yield
+    while not pending() and now() < deadline:
+        yield_cpu()
+    return pending()
 
 
 class DirectReplies:
@@ -43,10 +53,7 @@ class DirectReplies:
     def wait(self, call_id: int) -> tuple[str | None, Any]:
         """The (error, value) of the REPLY to CALL_DIRECT `call_id`; on the main thread."""
         if self.poll_ns:
-            deadline = time.perf_counter_ns() + self.poll_ns
-            pending, now, yield_cpu = self._queue.pending, time.perf_counter_ns, os.sched_yield
-            while not pending() and now() < deadline:
-                yield_cpu()
+            poll(self._queue.pending, self.poll_ns)
         while True:
             raw = self._queue.get()
             if raw:

@@ -36,7 +36,7 @@ from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
-from stub.direct_replies import DirectReplies
+from stub.direct_replies import DirectReplies, poll
 from stub.context import CURRENT_KEYS
 from stub.errors import StubError
 from stub.errors import describe as _describe
@@ -220,11 +220,7 @@ class Stub:
         it then makes no system call either. The parent announces only while the
         machine has CPU to spare. Yields the CPU on each poll: the parent, which is
         making the request, may need it. Whether a message came."""
-        deadline = time.perf_counter_ns() + budget_ns
-        pending, now, yield_cpu = self.main_messages.pending, time.perf_counter_ns, os.sched_yield
-        while not pending() and now() < deadline:
-            yield_cpu()
-        return pending()
+        return poll(self.main_messages.pending, budget_ns)
 
     def _control_loop(self) -> None:
         handlers = self._control_handlers
