@@ -25,7 +25,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proc_cpu import tree_cpu_s  # noqa: E402
+
+from pbserve.testing import free_ports  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF = ROOT.parent / "shared" / "perf"
@@ -71,16 +72,6 @@ def make_repository(root: Path, count: int) -> Path:
         (repo / name / "config.pbtxt").write_text(
             config.replace('name: "identity_fp32"', f'name: "{name}"'))
     return repo
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _die_with_parent() -> None:

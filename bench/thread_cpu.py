@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pbserve.testing import free_ports
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "perf"
 HZ = 1000
@@ -43,17 +45,6 @@ def _wait_ready(http: int, timeout_s: float = 60) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-
-
-def _ports() -> list[int]:
-    import socket
-    socks = [socket.socket() for _ in range(3)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _samples(data: str) -> list[tuple[str, str, str, str]]:
@@ -78,7 +69,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--model", default="identity_fp32", help="e.g. batch_fp32 (vs.py's batch row)")
     args = ap.parse_args()
-    http, grpc, metrics = _ports()
+    http, grpc, metrics = free_ports(3)
     work = Path(tempfile.mkdtemp(prefix="thread-cpu-"))
     server = subprocess.Popen(
         [*shlex.split(args.server), "--model-repository", str(SHARED / "anchor_models"),

@@ -209,7 +209,7 @@ def test_a_killed_workers_request_fails_unavailable_and_the_next_ones_succeed(tm
         wait_for(lambda: _busy_worker(c) is not None)
         name = _busy_worker(c)
         victim, survivor = c.workers[name], c.workers[({"w1", "w2"} - {name}).pop()]
-        stub_pids = _stub_pids(victim.pid)
+        stubs = stub_pids(victim.pid)
         os.kill(victim.pid, signal.SIGKILL)
         victim.proc.wait(10)
         with pytest.raises(InferenceServerException) as err:
@@ -225,16 +225,12 @@ def test_a_killed_workers_request_fails_unavailable_and_the_next_ones_succeed(tm
         assert c.registry() == []
         wait_for(lambda: not client.is_model_ready("sleepy"))
     # Its stubs exit once the sleep ends (they see their parent gone).
-    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stub_pids), timeout=30)
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in stubs), timeout=30)
     sweep_dead_owners()  # what a killed worker's next start does
 
 
 def survivor_name(c: Cluster, server: RunningServer) -> str:
     return next(n for n, w in c.workers.items() if w is server)
-
-
-def _stub_pids(worker_pid: int) -> list[int]:
-    return stub_pids(worker_pid)
 
 
 def _busy_worker(c: Cluster) -> str | None:
@@ -415,24 +411,11 @@ def test_a_cancelled_request_cancels_its_bls_call_on_the_other_worker(split, tmp
                               callback=lambda result, error: errors.put(error))
     # Once cancel_probe runs on w2 (called by remote_caller on w1), cancel the client's
     # call: w1 cancels the BLS call, and the plane takes that to w2's model.
-    wait_for(lambda: _running(split["w2"], "cancel_probe"))
+    wait_for(lambda: sleeping_in_execute(split["w2"].pid, "cancel_probe"))
     call.cancel()
     assert "CANCELLED" in str(errors.get(timeout=10))
     wait_for(lambda: marker.exists() and marker.read_text().endswith("}"))
     assert json.loads(marker.read_text())["cancelled"] is True
-
-
-def _running(server: RunningServer, model: str) -> bool:
-    """Whether `model`'s stub under `server` sleeps in its execute loop."""
-    for pid in _stub_pids(server.pid):
-        with contextlib.suppress(FileNotFoundError):
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if model.encode() not in f.read():
-                    continue
-            with open(f"/proc/{pid}/wchan") as f:
-                if f.read() == "hrtimer_nanosleep":
-                    return True
-    return False
 
 
 def test_is_model_ready_in_a_model_sees_the_other_workers_models(split):
@@ -452,8 +435,8 @@ def test_a_bls_call_to_a_killed_worker_fails_unavailable_naming_it(split, tmp_pa
         wait_for(lambda: client.is_model_ready("doomed_probe"))
         pending = client.async_infer("remote_caller", _remote_inputs(
             httpclient, f"doomed:{tmp_path / 'marker'}"))
-        wait_for(lambda: _running(w3, "doomed_probe"))
-        stubs = _stub_pids(w3.pid)
+        wait_for(lambda: sleeping_in_execute(w3.pid, "doomed_probe"))
+        stubs = stub_pids(w3.pid)
         os.kill(w3.pid, signal.SIGKILL)
         w3.proc.wait(10)
         info = json.loads(pending.get_result().as_numpy("INFO")[0])

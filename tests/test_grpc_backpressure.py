@@ -14,13 +14,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from hyperframe.frame import DataFrame
 
-from client_inputs import grpc_input
-from h2_raw import STREAM_INFER, RawClient, grpc_message, rss_kib, sleepy_request
+from h2_raw import STREAM_INFER, RawClient, grpc_message, infer_once, rss_kib, sleepy_request
 from pbserve.testing import running_server
 from polling import wait_for
 
@@ -64,14 +61,6 @@ class Flood(threading.Thread):
             self.error = exc  # closed by the test, or by the server
 
 
-def infer_identity(url: str) -> None:
-    data = np.arange(4, dtype=np.int32)
-    with grpcclient.InferenceServerClient(url) as client:
-        result = client.infer("identity", [grpc_input("INPUT_INT32", data)],
-                              client_timeout=30)
-        assert (result.as_numpy("OUTPUT_INT32") == data).all()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("backpressure") / "server.log"
@@ -94,7 +83,7 @@ def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, 
     three connections' worth)."""
     srv = server
     wait_for(lambda: pending(srv) == 0, "the last test's requests to end")
-    infer_identity(srv.grpc_url)
+    infer_once(srv.grpc_url)
     before = rss_kib(srv.pid)
     threads = [Flood(srv.grpc_url) for _ in range(floods)]
     for thread in threads:
@@ -115,7 +104,7 @@ def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, 
         time.sleep(1.5)  # past the body timeout, still held
         for _ in range(5):
             most = max(most, pending(srv))
-        infer_identity(srv.grpc_url)  # another client, served meanwhile
+        infer_once(srv.grpc_url)  # another client, served meanwhile
         sent = sum(thread.sent for thread in threads)
         assert not any(thread.error for thread in threads), "a held flood was cut off"
         assert "no frame data received" not in srv.log_text()
@@ -129,4 +118,4 @@ def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, 
                 thread.client.sock.shutdown(socket.SHUT_RDWR)
             thread.client.close()
             thread.join(10)
-    infer_identity(srv.grpc_url)
+    infer_once(srv.grpc_url)
