@@ -58,7 +58,7 @@ class InferenceRequest:
         "_inputs", "_request_id", "_correlation_id", "_requested_output_names",
         "_model_name", "_model_version", "_flags", "_timeout", "_preferred_memory",
         "_trace", "_parameters", "_key", "_is_incoming", "_release_flags",
-        "_cancelled", "_sender", "_output_shm", "__weakref__",
+        "_cancelled", "_sender", "_output_shm", "_gpu_outputs", "__weakref__",
     )
 
     def __init__(
@@ -151,6 +151,7 @@ class InferenceRequest:
         self._cancelled = False
         self._sender: InferenceResponseSender | None = None
         self._output_shm: dict | None = None
+        self._gpu_outputs = False
 
     @classmethod
     def _incoming(
@@ -168,9 +169,11 @@ class InferenceRequest:
         key: Any,
         trace: InferenceTrace | None = None,
         output_shm: dict | None = None,
+        gpu_outputs: bool = False,
     ) -> InferenceRequest:
         """A request the server sent to this model; `key` is the runtime's handle for it.
-        `output_shm`: where the server wants outputs written (the runtime's business).
+        `output_shm`: where the server wants outputs written; `gpu_outputs`: whether GPU
+        outputs may stay on the GPU (the runtime's business).
 
         No validation: the server already checked everything.
         """
@@ -192,6 +195,7 @@ class InferenceRequest:
         request._cancelled = False
         request._sender = None
         request._output_shm = output_shm
+        request._gpu_outputs = gpu_outputs
         return request
 
     # -- Triton's accessors ------------------------------------------------------------

@@ -13,16 +13,19 @@ The pool starts with one region of `default_size` and grows by `growth_size` (Tr
 gets a region of its own. `trim` gives back regions that hold no live block and had no
 allocation since the previous `trim` (so a pool used steadily keeps its faulted-in
 regions), keeping up to `default_size`; `trim(force=True)`, under pressure, gives back
-every empty region. Region names are never reused, so a mapping another process keeps
-cached can never stand for a newer region; the owner tells the others to drop theirs.
+every empty region. `make_region` makes another kind of region: a CUDA pool's
+(shm/cuda_region.py), whose name is the token another process maps it by.
+Region names are never reused, so a mapping another process keeps cached can never
+stand for a newer region; the owner tells the others to drop theirs.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from shm.client_region import ClientWindow, is_client_token
+from shm.cuda_region import CudaImports, DeviceBytes, is_cuda_token
 from shm.region import Region, ShmExhausted
 
 MIB = 1 << 20
@@ -52,10 +55,12 @@ class Block(NamedTuple):
 
 
 class ShmSizes(NamedTuple):
-    """A pool's first region and the size it grows by."""
+    """A pool's first region and the size it grows by; `cuda`: (GPU, bytes) pairs, the
+    first allocation and growth of a stub's CUDA pool on that GPU (64 MiB if unnamed)."""
 
     default: int = DEFAULT_SIZE
     growth: int = DEFAULT_GROWTH
+    cuda: tuple[tuple[int, int], ...] = ()
 
 
 class Pool:
@@ -68,8 +73,10 @@ class Pool:
 
     def __init__(self, prefix: str, default_size: int = DEFAULT_SIZE,
                  growth_size: int = DEFAULT_GROWTH, max_bytes: int | None = None,
-                 on_pressure: Callable[[int], bool] | None = None) -> None:
+                 on_pressure: Callable[[int], bool] | None = None,
+                 make_region: Callable[[str, int], Any] = Region.create) -> None:
         self.prefix = prefix
+        self._make_region = make_region
         self.default_size = default_size
         self.growth_size = growth_size
         self.max_bytes = max_bytes
@@ -160,10 +167,9 @@ class Pool:
             raise ShmExhausted(
                 f"shared-memory pool {self.prefix} cannot grow by {size} bytes: it holds "
                 f"{self.total_bytes} of its limit of {self.max_bytes} bytes")
-        name = f"{self.prefix}-p{self._serial}"
-        region = Region.create(name, size)
+        region = self._make_region(f"{self.prefix}-p{self._serial}", size)
         self._serial += 1
-        self._regions[name] = region
+        self._regions[region.name] = region
         return region
 
     def has_spare(self) -> bool:
@@ -223,13 +229,27 @@ class RegionMap:
     def __init__(self) -> None:
         self._regions: dict[str, Region | ClientWindow] = {}
         self._lock = threading.Lock()
+        self._cuda: CudaImports | None = None  # made when a CUDA token is first seen
+
+    @property
+    def cuda(self) -> CudaImports:
+        """The GPU allocations of other processes mapped here (CUDA tokens)."""
+        if self._cuda is None:
+            with self._lock:
+                if self._cuda is None:
+                    self._cuda = CudaImports()
+        return self._cuda
 
     def view(self, region: str, offset: int, nbytes: int) -> memoryview:
+        """The bytes of a block; for GPU memory (a CUDA token), a `DeviceBytes` that has
+        only their size (the parent passes such tensors on, never reads them)."""
         mapped = self._regions.get(region)
         if mapped is None:
             with self._lock:
                 mapped = self._regions.get(region)
                 if mapped is None:
+                    if is_cuda_token(region):  # GPU memory: only its size is there to see
+                        return DeviceBytes(nbytes)  # type: ignore[return-value]
                     mapped = ClientWindow.open_token(region) if is_client_token(region) \
                         else Region.attach(region)
                     self._regions[region] = mapped
@@ -244,6 +264,9 @@ class RegionMap:
 
     def drop(self, names: Iterable[str]) -> None:
         """Unmap these regions (their owner gave them back)."""
+        names = list(names)
+        if self._cuda is not None:
+            self._cuda.drop([name for name in names if is_cuda_token(name)])
         with self._lock:
             for name in names:
                 mapped = self._regions.pop(name, None)
@@ -253,11 +276,15 @@ class RegionMap:
     def forget(self, prefix: str) -> None:
         """Drop the mappings of regions whose name starts with `prefix` (a dead stub's,
         or an unregistered client window's token)."""
+        if self._cuda is not None:
+            self._cuda.drop_prefix(prefix)
         with self._lock:
             for name in [n for n in self._regions if n.startswith(prefix)]:
                 self._regions.pop(name).close()
 
     def close(self) -> None:
+        if self._cuda is not None:
+            self._cuda.close()
         with self._lock:
             for region in self._regions.values():
                 region.close()

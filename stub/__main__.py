@@ -4,6 +4,8 @@ by the parent."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 
 from stub.parent_death import die_with_parent
@@ -25,10 +27,14 @@ def main() -> None:
                         help="inherited eventfd to ring after each message to the parent")
     parser.add_argument("--shm-default-byte-size", type=int, default=DEFAULT_SIZE)
     parser.add_argument("--shm-growth-byte-size", type=int, default=DEFAULT_GROWTH)
+    parser.add_argument("--cuda-memory-pool-byte-size", default="",
+                        help="<GPU>:<BYTES>[,...]: this stub's CUDA pool on each GPU")
     parser.add_argument("--debug-terminal", action="store_true",
                         help="this stub has the server's terminal (--model-debug)")
     parser.add_argument("--debug-port", default="", help="[HOST:]PORT for debugpy")
     args = parser.parse_args()
+    # `kill -USR1 <stub>` writes every thread's stack to the server's log (a hang's why)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # A model sees no arguments, as in Triton's embedded interpreter: its own argparse or
     # unittest.main() must not read (and exit on) the stub's.
     sys.argv[:] = [""]
@@ -38,7 +44,9 @@ def main() -> None:
     set_up_debugging(args.name, args.debug_terminal, args.debug_port)
     from stub.stub import Stub
 
-    sizes = ShmSizes(args.shm_default_byte_size, args.shm_growth_byte_size)
+    cuda = tuple((int(gpu), int(size)) for gpu, size in (
+        pair.split(":") for pair in args.cuda_memory_pool_byte_size.split(",") if pair))
+    sizes = ShmSizes(args.shm_default_byte_size, args.shm_growth_byte_size, cuda)
     Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd, sizes).run()
 
 

@@ -6,6 +6,12 @@ descriptors into the target stub's pool and are viewed here without a copy. Thos
 output blocks belong to the target stub: they are released (BLS_RELEASE with the
 response's token) once every numpy array over them has been garbage-collected, so a
 model may keep a BLS output for as long as it likes.
+
+GPU tensors go by CUDA IPC both ways (stub/gpu_memory.py): a GPU input is copied into
+this stub's CUDA pool, and a GPU output is viewed on the device, unless the request's
+`preferred_memory` is the CPU (then it is copied to the host here). A target that hands
+an input back as its output as it is names this stub's own block: the response views
+it, and the block stays this stub's until that view is gone too (`_CallMemory`).
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from backend_utils.constants import TRITONSERVER_MEMORY_CPU
 from backend_utils.error import TritonError
 from backend_utils.request import InferenceRequest
 from backend_utils.response import InferenceResponse
 from backend_utils.response_iterator import ResponseIterator
 from backend_utils.tensor import Tensor
+from shm.cuda_region import is_cuda_token
 from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub import protocol as p
 from stub.calls import Calls
@@ -45,6 +53,45 @@ class _Release:
             self._send(p.bls_release(self._token))
 
 
+class _CallMemory:
+    """What one BLS call holds of this stub's memory: the blocks of its pools the call's
+    inputs were copied to, and where its GPU outputs go (`cpu_outputs`: to the host, as
+    the request's preferred memory says). Each block is freed once the call has its
+    final answer (`call_done`) and no response tensor viewing it (`keep`, a target that
+    answered with the input as it was) is left."""
+
+    def __init__(self, memory: StubMemory, descs: list[tuple], cpu_outputs: bool) -> None:
+        self._memory = memory
+        self.cpu_outputs = cpu_outputs
+        self._refs = {(d[3], d[4]): 1 for d in descs}
+        self._lock = threading.Lock()
+
+    def keep(self, region: str, offset: int) -> bool:
+        """A response views this block: it stays until `drop`; False if not one of ours."""
+        with self._lock:
+            key = (region, offset)
+            if key not in self._refs:
+                return False
+            self._refs[key] += 1
+            return True
+
+    def drop(self, region: str, offset: int) -> None:
+        with self._lock:
+            key = (region, offset)
+            self._refs[key] -= 1
+            if self._refs[key]:
+                return
+            del self._refs[key]
+        if is_cuda_token(region):
+            self._memory.gpu.free(region, offset)
+        else:
+            self._memory.pool.free(region, offset)
+
+    def call_done(self) -> None:
+        for region, offset in list(self._refs):
+            self.drop(region, offset)
+
+
 class BlsClient:
     """`send`: a message on the up queue; `calls`: calls that wait for the parent."""
 
@@ -55,37 +102,35 @@ class BlsClient:
         self._calls = calls
 
     # -- requests ---------------------------------------------------------------------
-    def _args(self, request: InferenceRequest, decoupled: bool) -> tuple[tuple, list]:
-        """The BLS message body, and the blocks of our pool to free after the call."""
-        pool = self._memory.pool
+    def _args(self, request: InferenceRequest, decoupled: bool) -> tuple[tuple, _CallMemory]:
+        """The BLS message body, and the blocks of our pools to free after the call."""
+        memory = self._memory
         descs, owned = [], []
         for tensor in request.inputs():
             desc = getattr(tensor, "_shm_desc", None)
             if desc is None or desc[0] != tensor.name():
-                desc = output_desc(tensor, pool)
-                owned.append(desc)
+                desc = output_desc(tensor, memory.pool, gpu=memory.gpu)
+                if not is_cuda_token(desc[3]) or memory.gpu.is_own(desc[3]):
+                    owned.append(desc)  # else an input of ours, lent on as it came
             descs.append(desc)
         version = request.model_version()
         args = (request.model_name(), "" if version in (-1, None) else str(version),
                 request.request_id(), request.correlation_id(), request.flags(),
                 request.parameters(), request.timeout(),
                 tuple(request.requested_output_names()), tuple(descs), decoupled,
-                CURRENT_KEYS.get(), request._trace._key if request._trace is not None else None)
-        return args, owned
-
-    def _free(self, owned: list) -> None:
-        for desc in owned:
-            self._memory.pool.free(desc[3], desc[4])
+                CURRENT_KEYS.get(), request._trace._key if request._trace is not None else None,
+                request.preferred_memory().preferred_memory_type)
+        cpu = request.preferred_memory().preferred_memory_type == TRITONSERVER_MEMORY_CPU
+        return args, _CallMemory(memory, owned, cpu)
 
     def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
         args, owned = self._args(request, decoupled)
         if decoupled:
             return self._stream(args, owned)
         try:
-            reply = self._calls.call("bls", *args)
+            return self.response(self._calls.call("bls", *args), owned)
         finally:
-            self._free(owned)
-        return self.response(reply)
+            owned.call_done()
 
     async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any:
         """Waits on the event loop, not in a thread: many calls can be in flight. A stream
@@ -102,27 +147,30 @@ class BlsClient:
             return iterator
         try:
             reply = await self._calls.call_async("bls", *args)
+            return self.response(reply, owned)
         except Exception as exc:  # noqa: BLE001 - BLS errors are responses, as in Triton
             return _error_response(str(exc))
         finally:
-            self._free(owned)
-        return self.response(reply)
+            owned.call_done()
 
-    def _stream(self, args: tuple, owned: list) -> ResponseIterator:
+    def _stream(self, args: tuple, owned: _CallMemory) -> ResponseIterator:
         call_id_box: list[int] = []
         iterator = ResponseIterator(
             cancel=lambda: call_id_box and self._send(p.call_cancel(call_id_box[0])))
 
         def on_item(value: Any, final: bool) -> None:
-            if final:
-                self._free(owned)
-            iterator._put(self.response(value) if value is not None else None, final)
+            try:
+                iterator._put(self.response(value, owned) if value is not None else None,
+                              final)
+            finally:
+                if final:
+                    owned.call_done()
 
         call_id_box.append(self._calls.stream("bls", args, on_item))
         return iterator
 
     # -- responses --------------------------------------------------------------------
-    def response(self, reply: tuple) -> InferenceResponse:
+    def response(self, reply: tuple, sent: _CallMemory | None = None) -> InferenceResponse:
         """An InferenceResponse over the target's shm (no copy)."""
         (error, outputs, params), token = reply
         if error is not None:
@@ -131,7 +179,11 @@ class BlsClient:
                 parameters_json=params)
         tensors = []
         release = _Release(self._send, token, len(outputs)) if token else None
-        for name, datatype, shape, region, offset, nbytes in outputs:
+        for desc in outputs:
+            name, datatype, shape, region, offset, nbytes = desc
+            if is_cuda_token(region):
+                tensors.append(self._gpu_output(desc, release, sent))
+                continue
             view = self._memory.regions.view(region, offset, nbytes)
             if datatype == "BYTES" or datatype not in NUMPY_OF_DATATYPE:
                 tensor = Tensor._from_triton(name, datatype, shape, view)
@@ -145,6 +197,25 @@ class BlsClient:
                     self._memory.borrowed.register(base, region, offset, nbytes)
             tensors.append(tensor)
         return InferenceResponse._incoming(output_tensors=tensors, parameters_json=params)
+
+    def _gpu_output(self, desc: tuple, release: _Release | None, sent: _CallMemory | None
+                    ) -> Tensor:
+        """A GPU output viewed where it is, or copied to the host when the caller asked
+        for CPU outputs. The block is released (and one of ours freed) once no tensor
+        over it is left."""
+        name, datatype, shape, region, offset, nbytes = desc
+        gpu = self._memory.gpu
+        if sent is not None and sent.cpu_outputs:
+            tensor = gpu.host_tensor(name, datatype, shape, region, offset, nbytes)
+            if release is not None:
+                release.one_gone()
+            return tensor
+        tensor, owner = gpu.device_tensor(name, datatype, shape, region, offset, nbytes)
+        if sent is not None and sent.keep(region, offset):
+            weakref.finalize(owner, sent.drop, region, offset)
+        if release is not None:
+            weakref.finalize(owner, release.one_gone)
+        return tensor
 
 
 def _error_response(message: str) -> InferenceResponse:

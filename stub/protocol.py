@@ -80,23 +80,25 @@ CALL_DIRECT = 116  # (CALL_DIRECT, call_id, op, args): a CALL from the main thre
 # -- the records inside messages ------------------------------------------------------
 # RequestMsg: one request of an EXECUTE.
 REQ_KEY, REQ_ID, REQ_CORRELATION_ID, REQ_FLAGS, REQ_PARAMETERS, REQ_TIMEOUT_US, \
-    REQ_REQUESTED, REQ_INPUTS, REQ_LENDABLE, REQ_OUTPUT_SHM, REQ_TRACE = range(11)
+    REQ_REQUESTED, REQ_INPUTS, REQ_LENDABLE, REQ_OUTPUT_SHM, REQ_TRACE, REQ_GPU_OUTPUTS = range(12)
 
 
 def request_msg(*, key: int, request_id: str, correlation_id: int | str, flags: int,
                 parameters_json: str, timeout_us: int, requested: tuple[str, ...] | None,
                 inputs: tuple, lendable: bool,
                 output_shm: dict[str, tuple[str, int, int]] | None,
-                trace: tuple[int, str] | None = None) -> tuple:
+                trace: tuple[int, str] | None = None, gpu_outputs: bool = False) -> tuple:
     """A RequestMsg. `inputs`: TensorDescs. `lendable`: the input blocks are this
     request's own copies in the parent's pool and its model answers once, so an output
     may name one (stub/borrowed.py) and the parent then frees it with the response.
     `output_shm`: outputs to write into client regions, name -> (token, offset,
     byte_size) (the client's memory: the response names them there, nobody frees them).
     `trace`: the request is traced: (trace id, OpenTelemetry context JSON or "") for
-    `request.trace()`; a BLS call made with that trace names the id (a child trace)."""
+    `request.trace()`; a BLS call made with that trace names the id (a child trace).
+    `gpu_outputs`: the caller is a stub that takes GPU tensors (a BLS call whose
+    preferred memory is not the CPU): GPU outputs go by CUDA IPC, not to the host."""
     return (key, request_id, correlation_id, flags, parameters_json, timeout_us, requested,
-            inputs, lendable, output_shm, trace)
+            inputs, lendable, output_shm, trace, gpu_outputs)
 
 
 def with_inputs(msg: tuple, inputs: tuple, lendable: bool) -> tuple:

@@ -6,9 +6,8 @@ from collections.abc import Collection
 
 from backend_utils.error import TritonError
 from backend_utils.response import InferenceResponse
-from shm.pool import Pool, RegionMap
-from stub.borrowed import BorrowedBlocks
 from stub.errors import StubError
+from stub.memory import StubMemory
 from stub.tensors import output_desc, output_into_region, output_nbytes
 
 
@@ -16,12 +15,12 @@ class ExecuteReturnError(StubError):
     """`execute` returned something Triton refuses; the whole batch fails with it."""
 
 
-def response_msg(response: InferenceResponse, requested: Collection[str], pool: Pool,
-                 borrowed: BorrowedBlocks | None = None, output_shm: dict | None = None,
-                 regions: RegionMap | None = None) -> tuple:
+def response_msg(response: InferenceResponse, requested: Collection[str], memory: StubMemory,
+                 output_shm: dict | None = None, gpu_outputs: bool = False) -> tuple:
     """(error, outputs, parameters_json); outputs pruned to the `requested` names (all
     when it is empty). `requested` is only searched, so the request's own set will do.
-    Outputs named in `output_shm` go straight into the client's regions (`regions`)."""
+    Outputs named in `output_shm` go straight into the client's regions. GPU outputs
+    go by CUDA IPC with `gpu_outputs` (a BLS caller that takes them), else to the host."""
     if not isinstance(response, InferenceResponse):
         raise ExecuteReturnError(
             f"Expected an 'InferenceResponse' object in the execute function return list, "
@@ -30,19 +29,18 @@ def response_msg(response: InferenceResponse, requested: Collection[str], pool: 
     if error is not None:
         return ((int(error.code()), error.message()), (), response.parameters())
     if output_shm:
-        return _with_client_regions(response, requested, pool, borrowed, output_shm,
-                                    regions)
-    outputs = tuple([output_desc(t, pool, borrowed) for t in response.output_tensors()
+        return _with_client_regions(response, requested, memory, output_shm, gpu_outputs)
+    pool, borrowed = memory.pool, memory.borrowed
+    gpu = memory.gpu if gpu_outputs else None
+    outputs = tuple([output_desc(t, pool, borrowed, gpu) for t in response.output_tensors()
                      if not requested or t.name() in requested])
     return (None, outputs, response.parameters())
 
 
-def _with_client_regions(response: InferenceResponse, requested: Collection[str], pool: Pool,
-                         borrowed: BorrowedBlocks | None, output_shm: dict,
-                         regions: RegionMap | None) -> tuple:
+def _with_client_regions(response: InferenceResponse, requested: Collection[str],
+                         memory: StubMemory, output_shm: dict, gpu_outputs: bool) -> tuple:
     """As Triton's response allocator: an output larger than its region makes the
     response an error (checked for every output before anything is written)."""
-    assert regions is not None
     tensors = [t for t in response.output_tensors() if not requested or t.name() in requested]
     for tensor in tensors:
         destination = output_shm.get(tensor.name())
@@ -53,9 +51,11 @@ def _with_client_regions(response: InferenceResponse, requested: Collection[str]
                 f"{output_nbytes(tensor)} bytes to hold the results")), (),
                 response.parameters())
     # The client's regions first: if one cannot be written, no pool block is taken yet.
-    written = {t.name(): output_into_region(t, output_shm[t.name()], regions)
+    written = {t.name(): output_into_region(t, output_shm[t.name()], memory.regions,
+                                            memory.gpu)
                for t in tensors if t.name() in output_shm}
-    outputs = tuple([written.get(t.name()) or output_desc(t, pool, borrowed)
+    gpu = memory.gpu if gpu_outputs else None
+    outputs = tuple([written.get(t.name()) or output_desc(t, memory.pool, memory.borrowed, gpu)
                      for t in tensors])
     return (None, outputs, response.parameters())
 

@@ -72,9 +72,8 @@ class StubRuntime:
         key = request._key
         msg = None
         if response is not None:
-            memory = self._memory
-            msg = response_msg(response, request._requested_output_names, memory.pool,
-                               memory.borrowed, request._output_shm, memory.regions)
+            msg = response_msg(response, request._requested_output_names, self._memory,
+                               request._output_shm, request._gpu_outputs)
         self._stub.send(p.send(key, msg, int(flags)))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._stub.request_closed(key)

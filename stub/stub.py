@@ -27,6 +27,7 @@ from backend_utils.constants import (
 from backend_utils.error import TritonError
 from backend_utils.request import InferenceRequest
 from backend_utils.trace import InferenceTrace
+from shm.cuda_region import is_cuda_token
 from shm.doorbell import ring
 from shm.pool import Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
@@ -45,6 +46,7 @@ from stub.memory import StubMemory
 from stub.model_loader import import_backend_module, import_model_module, model_class
 from stub.responses import ExecuteReturnError, check_returned, response_msg
 from stub.runtime import StubRuntime
+from stub.gpu_memory import GpuMemory
 from stub.tensors import input_tensors
 
 PARENT_CHECK_S = 0.5
@@ -56,6 +58,7 @@ REPLY_POLL_NS = 300_000  # ... and a BLS answer, during an announced request (di
 PRESSURE_PAUSE_S = 0.05  # /dev/shm full: how long the others get to give memory back
 SHM_WAIT_S = 10.0  # ... and how long an allocation waits for memory in all
 CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
+FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"  # Triton's; "no": GPU inputs
 
 LOG_ERROR = 2
 
@@ -89,7 +92,9 @@ class Stub:
         self.main_messages = DirectReplies(self.main_q)  # Stub is made on the main thread
         self.calls = Calls(self.send, self.main_messages)
         self.borrowed = BorrowedBlocks()
-        self.memory = StubMemory(self.pool, self.regions, self.borrowed)
+        self.gpu = GpuMemory(self.pool.prefix, self.regions, dict(sizes.cuda))
+        self.gpu_inputs = False  # FORCE_CPU_ONLY_INPUT_TENSORS "no": GPU inputs stay there
+        self.memory = StubMemory(self.pool, self.regions, self.borrowed, self.gpu)
         self.bls = BlsClient(self.memory, self.send, self.calls)
         self._open: set[int] = set()
         self._answered_ns = 0  # when the last EXECUTE was answered
@@ -154,7 +159,7 @@ class Stub:
                 # PARENT_CHECK_S only while its pool has a region to give back (its
                 # death with the parent is the kernel's: stub/parent_death.py).
                 raw = self.main_messages.next(
-                    PARENT_CHECK_S if self.pool.has_spare() else None)
+                    PARENT_CHECK_S if self.pool.has_spare() or self.gpu.has_spare() else None)
                 if raw is None:
                     if not self.parent_alive():
                         return
@@ -269,7 +274,7 @@ class Stub:
     def _trim(self, force: bool) -> None:
         """Give back the pool's idle regions (every empty one with `force`); the parent
         unmaps them and tells the other stubs."""
-        names = self.pool.trim(force)
+        names = self.pool.trim(force) + self.gpu.trim(force)
         if names:
             self.send(p.regions_gone(tuple(names)))
 
@@ -287,6 +292,9 @@ class Stub:
     def _free(self, frees: tuple) -> None:
         for region, offset in frees:
             if self.borrowed.give_back(region, offset):
+                continue
+            if is_cuda_token(region):
+                self.gpu.free(region, offset)  # not ours: an input lent back as it was
                 continue
             if not region.startswith(self.pool.prefix):
                 continue  # a parent block this stub lent back without keeping it
@@ -335,6 +343,8 @@ class Stub:
             parameters = json.loads(args.get("model_config") or "{}").get("parameters", {})
             self.cancel_coroutines = parameters.get(CANCEL_COROUTINES, {}).get(
                 "string_value", "").lower() in ("true", "yes", "1", "on")
+            self.gpu_inputs = parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS, {}).get(
+                "string_value", "yes") == "no"
             self.runtime = StubRuntime(self, decoupled, self.memory)
             _runtime.set_runtime(self.runtime)
             self.model = self._model_class(model_path, backend_path)()
@@ -384,8 +394,8 @@ class Stub:
                 self.send(p.batch_done(batch_id, None, rescheduled))
                 return
             msgs = tuple([(req._key, None if resp is None else
-                           response_msg(resp, req._requested_output_names, self.pool,
-                                        self.borrowed, req._output_shm, self.regions))
+                           response_msg(resp, req._requested_output_names, self.memory,
+                                        req._output_shm, req._gpu_outputs))
                           for req, resp in zip(built, responses)])
         except BaseException as exc:  # noqa: BLE001 - the batch fails, the stub lives
             for req in built:  # as Triton: the batch is over, its senders are closed
@@ -395,8 +405,11 @@ class Stub:
             return
         finally:
             CURRENT_KEYS.reset(context)
-            for pointer in lent:  # the parent may reuse these blocks once it has the answer
-                self.borrowed.unregister(pointer)
+            for key in lent:  # the parent may reuse these blocks once it has the answer
+                if type(key) is tuple:
+                    self.gpu.unlend(key)
+                else:
+                    self.borrowed.unregister(key)
         self.send(p.responses(batch_id, None, msgs, rescheduled))
         for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
@@ -425,16 +438,18 @@ class Stub:
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         # a RequestMsg (protocol.request_msg), read whole
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \
-            output_shm, trace = msg
+            output_shm, trace, gpu_outputs = msg
         if self.decoupled:  # only `_abort` asks, for a decoupled coroutine that raised
             with self._open_lock:
                 self._open.add(key)
         lend_to = self.borrowed if lendable else None
         return InferenceRequest._incoming(
-            inputs=input_tensors(inputs, self.regions, lend_to, lent), request_id=request_id,
+            inputs=input_tensors(inputs, self.regions, lend_to, lent, self.gpu, self.gpu_inputs),
+            request_id=request_id,
             correlation_id=correlation_id, flags=flags, parameters_json=params,
             timeout=timeout, requested_output_names=requested or (),
             model_name="", model_version=-1, key=key, output_shm=output_shm,
+            gpu_outputs=gpu_outputs,
             trace=None if trace is None else InferenceTrace._incoming(trace[1], trace[0]))
 
     def _abort(self, requests: list[InferenceRequest], exc: BaseException) -> None:
@@ -500,6 +515,7 @@ class Stub:
         self.calls.fail_all(f"model instance '{self.instance_name}' is shutting down")
         self.pool.close()
         self.regions.close()
+        self.gpu.close()
 
 
 async def _on_behalf_of(keys: tuple, coroutine):

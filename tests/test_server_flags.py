@@ -127,3 +127,22 @@ def test_ignored_flags_are_accepted_and_named_in_a_warning(tmp_path):
     assert "default-max-batch-size" not in text  # used, so no warning
     assert "--backend-directory is accepted" not in text  # used now (docs/backends.md)
     assert "--model-load-thread-count" not in IGNORED
+
+
+def test_cuda_memory_pool_byte_size_reaches_the_stubs_and_a_bad_one_is_refused(tmp_path):
+    from pbserve.testing import stub_pids
+
+    log = tmp_path / "log"
+    args = ["--cuda-memory-pool-byte-size", "0:134217728",
+            "--cuda-memory-pool-byte-size", "1:1048576"]
+    repo = _repo(tmp_path, "log_probe")
+    with running_server(repo, args=args, log_path=log) as server:
+        text = server.log_text()
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    for pid in stub_pids(server.proc.pid)]
+    assert "--cuda-memory-pool-byte-size is accepted" not in text  # used (docs/gpu.md)
+    assert commands and all(b"0:134217728,1:1048576" in command for command in commands)
+    done = _run_to_exit(repo, "--cuda-memory-pool-byte-size", "64M", timeout=60)
+    assert done.returncode != 0
+    assert "--cuda-memory-pool-byte-size option format is '<GPU device ID>:<pool byte " \
+           "size>' with a positive size. Got 64M" in done.stdout + done.stderr

@@ -515,7 +515,8 @@ class Model:
                             correlation_id=request.correlation_id, flags=request.flags,
                             parameters_json=params, timeout_us=request.timeout_us,
                             requested=requested, inputs=descs, lendable=lendable,
-                            output_shm=output_shm, trace=trace)
+                            output_shm=output_shm, trace=trace,
+                            gpu_outputs=request.gpu_outputs)
         pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
                                  self._free_blocks, streaming)
         pending.input_ns = input_ns

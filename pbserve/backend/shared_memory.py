@@ -12,8 +12,12 @@ last request completes, as in Triton (it stays visible to status and to new requ
 until then). Going means: the parent unmaps its window and tells every stub to drop
 theirs (`on_unmapped(token)`).
 
-CUDA shared memory is not implemented: registering is refused in Triton's words (those
-of a build without GPUs when none is seen), and no CUDA region is ever listed.
+CUDA shared memory: a client registers a device allocation by its CUDA IPC handle (raw
+bytes from `cudaIpcGetMemHandle`), device and size. The parent opens the handle once to
+check it (Triton's errors), then closes it: the stubs map it from the descriptor's CUDA
+token (shm/cuda_region.py) and read inputs from it or write outputs into it on the
+device. Both kinds share one namespace of region names, as in Triton. Without a GPU,
+registering is refused in the words of a Triton build without GPUs.
 Everything here runs on the event loop's thread.
 """
 
@@ -26,7 +30,9 @@ from typing import Any
 
 from pbserve.backend.types import InferRequest, ShmRef
 from pbserve.errors import ErrorCode, ServerError, invalid_arg, not_found
+from shm import cuda_driver
 from shm.client_region import ClientRegionError, ClientWindow, client_token
+from shm.cuda_region import CLIENT_TAG, CudaWindow, cuda_token
 from shm.pool import RegionMap
 
 # Keys naming pbserve's own segments and semaphores (and Triton's python backend's):
@@ -42,15 +48,23 @@ class _Region:
     key: str
     offset: int
     byte_size: int
-    window: ClientWindow
+    window: ClientWindow | CudaWindow
     uses: int = 0  # requests holding it
     unregistering: bool = False
+    device_id: int = -1  # a CUDA region's device; -1 for system shared memory
 
     @property
     def token(self) -> str:
         return self.window.name
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device_id >= 0
+
     def status(self) -> dict[str, Any]:
+        if self.is_cuda:
+            return {"name": self.name, "device_id": self.device_id,
+                    "byte_size": self.byte_size}
         return {"name": self.name, "key": self.key, "offset": self.offset,
                 "byte_size": self.byte_size}
 
@@ -92,34 +106,39 @@ class SharedMemoryManager:
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         if not name:
-            return [r.status() for r in self._regions.values()]
+            return [r.status() for r in self._regions.values() if not r.is_cuda]
         region = self._regions.get(name)
-        if region is None:
+        if region is None or region.is_cuda:
             raise not_found(f"Unable to find system shared memory region: '{name}'")
         return [region.status()]
 
-    def unregister(self, name: str = "") -> None:
-        """One region, or every one ("" names none); an unknown name is no error."""
+    def unregister(self, name: str = "", cuda: bool = False) -> None:
+        """One region, or every one ("" names none), of system (or CUDA) shared memory;
+        an unknown name is no error."""
         self.check_allowed()
         if name:
             targets = [self._regions[name]] if name in self._regions else []
         else:
             targets = list(self._regions.values())
         for region in targets:
+            if region.is_cuda != cuda:
+                continue
             region.unregistering = True
             if region.uses == 0:
                 self._drop(region)
 
-    # -- CUDA shared memory: refused ----------------------------------------------------
+    # -- CUDA shared memory -----------------------------------------------------------
     def cuda_status(self, name: str = "") -> list[dict[str, Any]]:
         if not name:
-            return []
-        if name in self._regions:
-            raise not_found(f"The region named '{name}' is registered as system shared "
-                            f"memory, not CUDA shared memory")
-        raise not_found(f"Unable to find cuda shared memory region: '{name}'")
+            return [r.status() for r in self._regions.values() if r.is_cuda]
+        region = self._regions.get(name)
+        if region is None or not region.is_cuda:
+            raise not_found(f"Unable to find cuda shared memory region: '{name}'")
+        return [region.status()]
 
-    def register_cuda(self, name: str) -> None:
+    def register_cuda(self, name: str, raw_handle: bytes = b"", device_id: int = 0,
+                      byte_size: int = 0) -> None:
+        """Triton's RegisterCUDASharedMemory: the handle is opened once, to check it."""
         self.check_allowed()
         if not name:
             raise invalid_arg("'region name' is necessary to register cuda shared memory "
@@ -127,13 +146,31 @@ class SharedMemoryManager:
         if not self._gpus():
             raise invalid_arg(f"failed to register CUDA shared memory region: '{name}', "
                               f"GPUs not supported")
-        raise ServerError(ErrorCode.UNSUPPORTED, (
-            f"failed to register CUDA shared memory region: '{name}': CUDA shared memory "
-            f"is not supported by pbserve; use system shared memory"))
+        if name in self._regions:
+            raise ServerError(ErrorCode.ALREADY_EXISTS,
+                              f"shared memory region '{name}' already in manager")
+        if device_id not in self._gpus():
+            raise invalid_arg(f"failed to register CUDA shared memory region '{name}': "
+                              f"invalid device id {device_id}")
+        if len(raw_handle) != cuda_driver.HANDLE_BYTES:
+            raise invalid_arg(f"failed to register CUDA shared memory region '{name}': "
+                              f"the raw handle has {len(raw_handle)} bytes, a CUDA IPC "
+                              f"handle has {cuda_driver.HANDLE_BYTES}")
+        try:
+            pointer, size = cuda_driver.ipc_open(device_id, raw_handle)
+            cuda_driver.ipc_close(device_id, pointer)
+        except cuda_driver.CudaError as err:
+            raise ServerError(ErrorCode.INTERNAL, f"failed to open CUDA IPC handle: "
+                              f"{str(err).split(': ', 1)[-1]}") from None
+        if byte_size > size:
+            raise invalid_arg(f"failed to register CUDA shared memory region '{name}': "
+                              f"byte_size {byte_size} exceeds the allocation's {size} bytes")
+        token = cuda_token(device_id, byte_size, raw_handle, f"{CLIENT_TAG}{next(self._serials)}")
+        self._regions[name] = _Region(name, "", 0, byte_size, CudaWindow(token, byte_size),
+                                      device_id=device_id)
 
     def unregister_cuda(self, name: str = "") -> None:
-        """Nothing to do: no CUDA region is ever registered (Triton answers OK too)."""
-        self.check_allowed()
+        self.unregister(name, cuda=True)
 
     # -- inference --------------------------------------------------------------------
     def resolve(self, request: InferRequest) -> None:
@@ -146,6 +183,9 @@ class SharedMemoryManager:
             for tensor in request.inputs:
                 if tensor.shm is not None:
                     region = self._use(tensor.shm, held)
+                    if region.is_cuda and tensor.datatype == "BYTES":
+                        raise invalid_arg(f"input '{tensor.name}': BYTES tensors in CUDA "
+                                          f"shared memory are not supported")
                     tensor.data = region.window.view(tensor.shm.offset, tensor.shm.byte_size)
             for ref in (request.output_shm or {}).values():
                 self._use(ref, held)

@@ -66,6 +66,9 @@ class InferRequest:
     # names a region (the backend then resolves them: shared_memory.py).
     output_shm: dict[str, ShmRef] | None = None
     uses_shm: bool = False
+    # The caller is a stub that takes GPU outputs as they are, by CUDA IPC (a BLS call
+    # whose preferred memory is not the CPU); else a GPU output is copied to the host.
+    gpu_outputs: bool = False
     # Releases the regions this request holds; the request's PendingRequest takes it.
     _shm_release: Callable[[], None] | None = field(default=None, repr=False)
     # The trace of the request this one is made for (an ensemble's step): this one's is

@@ -142,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a model name found in several repositories is a model per repository: an "
              "ensemble calls its own repository's; a client cannot name them (as "
              "tritonserver)")
+    add("--cuda-memory-pool-byte-size", action="append", default=[],
+        metavar="<GPU>:<BYTES>",
+        help="each stub's CUDA pool on that GPU: its first allocation and what it grows "
+             "by (default 64 MiB; docs/gpu.md); repeatable, one per GPU")
     add("--backend-config", action="append", default=[],
         help="<backend>,<setting>=<value>: python,default-max-batch-size=N, "
              "python,shm-default-byte-size=N (each pool's first region, default 1 MiB) and "

@@ -27,8 +27,10 @@ class ConfigSources:
             self.defaults.max_batch_size = default_max_batch_size
 
     @classmethod
-    def from_files(cls, defaults_path: str | None, backend_config: list[str]) -> "ConfigSources":
-        """From the command line: the defaults file and `python,<key>=<value>` settings."""
+    def from_files(cls, defaults_path: str | None, backend_config: list[str],
+                   cuda_pool: list[str] | None = None) -> "ConfigSources":
+        """From the command line: the defaults file, `python,<key>=<value>` settings and
+        `--cuda-memory-pool-byte-size <GPU>:<bytes>` values."""
         defaults = None
         if defaults_path:
             try:
@@ -38,7 +40,8 @@ class ConfigSources:
         settings = parse_backend_config(backend_config).get("python", {})
         batch = settings.get("default-max-batch-size")
         sizes = ShmSizes(_byte_size(settings, "shm-default-byte-size", DEFAULT_SIZE),
-                         _byte_size(settings, "shm-growth-byte-size", DEFAULT_GROWTH))
+                         _byte_size(settings, "shm-growth-byte-size", DEFAULT_GROWTH),
+                         parse_cuda_pool_sizes(cuda_pool or []))
         return cls(defaults, int(batch) if batch is not None else None, sizes)
 
     def config(self, model_dir: Path, override_json: str | None = None) -> mc.ModelConfig:
@@ -61,6 +64,19 @@ def _byte_size(settings: dict[str, str], key: str, default: int) -> int:
         raise invalid_arg(f"--backend-config=python,{key}: expected a positive number of "
                           f"bytes, got '{text}'")
     return int(text)
+
+
+def parse_cuda_pool_sizes(values: list[str]) -> tuple[tuple[int, int], ...]:
+    """`--cuda-memory-pool-byte-size <GPU>:<bytes>` (repeatable, as tritonserver's): the
+    (GPU, bytes) pairs, a later value for a GPU replacing an earlier one."""
+    sizes: dict[int, int] = {}
+    for value in values:
+        gpu, sep, size = value.partition(":")
+        if not sep or not gpu.isdigit() or not size.isdigit() or int(size) <= 0:
+            raise invalid_arg(f"--cuda-memory-pool-byte-size option format is '<GPU device "
+                              f"ID>:<pool byte size>' with a positive size. Got {value}")
+        sizes[int(gpu)] = int(size)
+    return tuple(sorted(sizes.items()))
 
 
 def parse_backend_config(settings: list[str]) -> dict[str, dict[str, str]]:

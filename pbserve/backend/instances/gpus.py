@@ -11,7 +11,7 @@ import ctypes
 import functools
 
 from pbserve.backend.config.config_checks import MIN_COMPUTE_CAPABILITY
-from stub.cuda_copy import CudaError, driver
+from shm.cuda_driver import CudaError, driver
 
 _MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 _MINOR = 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR

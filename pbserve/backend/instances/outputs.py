@@ -18,6 +18,7 @@ from pbserve.backend.pending import PendingRequest
 from pbserve.backend.types import InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError
 from shm.client_region import is_client_token
+from shm.cuda_region import is_client_cuda_token
 from shm.pool import RegionMap
 from stub import protocol as p
 
@@ -100,6 +101,11 @@ def _in_client_regions(response: InferResponse, outputs: tuple) -> tuple:
     """Mark the outputs the stub wrote into the client's regions (the frontends send no
     data for them); the outputs that are the stub's blocks."""
     for tensor, desc in zip(response.outputs, outputs):
-        if is_client_token(desc[3]):
+        if _in_client_region(desc[3]):
             tensor.shm = ShmRef("", desc[4], desc[5], desc[3])
-    return tuple([d for d in outputs if not is_client_token(d[3])])
+    return tuple([d for d in outputs if not _in_client_region(d[3])])
+
+
+def _in_client_region(region: str) -> bool:
+    """A client's region: system shared memory, or CUDA shared memory."""
+    return is_client_token(region) or is_client_cuda_token(region)

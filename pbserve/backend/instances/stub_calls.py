@@ -27,6 +27,8 @@ from pbserve.backend.observability.tracing import TRACER
 from pbserve.backend.instances.remote_calls import in_parent_blocks
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
+from backend_utils.constants import TRITONSERVER_MEMORY_CPU as MEMORY_CPU
+from shm.cuda_region import DeviceBytes, is_cuda_token
 
 if TYPE_CHECKING:
     from pbserve.backend.api import InferenceCore
@@ -131,17 +133,20 @@ class StubCalls:
     # -- BLS --------------------------------------------------------------------------
     async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
         (model_name, version, request_id, correlation_id, flags, params, timeout,
-         requested, descs, decoupled, on_behalf_of, trace_id) = args
+         requested, descs, decoupled, on_behalf_of, trace_id, preferred_memory) = args
         self._serving[(id(caller), call_id)] = set(on_behalf_of)
         request = InferRequest(
             model_name, version, request_id,
-            inputs=[TensorData(d[0], d[1], tuple(d[2]), self._view(d[3], d[4], d[5]))
+            inputs=[TensorData(d[0], d[1], tuple(d[2]), DeviceBytes(d[5])
+                               if is_cuda_token(d[3]) else self._view(d[3], d[4], d[5]))
                     for d in descs],
             requested_outputs=list(requested) or None,
             parameters=json.loads(params) if params and params != "{}" else {},
             correlation_id=correlation_id, flags=flags, timeout_us=timeout,
             # made with `trace=request.trace()`: its trace is a child of that request's
-            _trace_parent=None if trace_id is None else TRACER.live(trace_id))
+            _trace_parent=None if trace_id is None else TRACER.live(trace_id),
+            # the caller takes GPU outputs where they are, unless it prefers the CPU
+            gpu_outputs=preferred_memory != MEMORY_CPU)
         self_call = local = False
         try:
             model = self._ready_model(model_name, version, decoupled)
@@ -177,6 +182,10 @@ class StubCalls:
             _reply_error(caller, call_id, decoupled, ErrorCode.CANCELLED,
                          f"BLS request to model '{model_name}' was cancelled")
             raise
+        except Exception as err:  # a fault of the server's own: the caller must not hang
+            log.exception("BLS call to model '%s' failed", model_name)
+            _reply_error(caller, call_id, decoupled, ErrorCode.INTERNAL,
+                         f"Model {model_name} - Error when running inference: {err}")
         finally:
             self._serving.pop((id(caller), call_id), None)
             self._streams.pop((id(caller), call_id), None)
@@ -216,6 +225,11 @@ class StubCalls:
         """A BLS call to another process's model (`remote`); its outputs are copied into
         the parent's pool for the caller."""
         assert self.remote is not None and self.blocks is not None
+        for tensor in request.inputs:
+            if isinstance(tensor.data, DeviceBytes):
+                raise ServerError(ErrorCode.INVALID_ARG, (
+                    f"input '{tensor.name}' is a GPU tensor: it cannot go to a model "
+                    f"served by another worker; move it to the CPU first"))
         if not decoupled:
             response = await self.remote.infer(request)
             caller.reply(call_id, None, self._answer(

@@ -142,7 +142,9 @@ class StubProcess:
                 python or sys.executable,
                 ["--prefix", self.prefix, "--name", instance_name,
                  "--shm-default-byte-size", str(sizes.default),
-                 "--shm-growth-byte-size", str(sizes.growth), *debug_args],
+                 "--shm-growth-byte-size", str(sizes.growth),
+                 "--cuda-memory-pool-byte-size",
+                 ",".join(f"{gpu}:{size}" for gpu, size in sizes.cuda), *debug_args],
                 stub_environment(), self._doorbell.fd,
                 (writes[0], writes[1]) if writes else None)
         except BaseException:

@@ -67,13 +67,19 @@ def system_unregister(core: InferenceCore, request: pb.SystemSharedMemoryUnregis
 
 def cuda_status(core: InferenceCore, request: pb.CudaSharedMemoryStatusRequest
                 ) -> pb.CudaSharedMemoryStatusResponse:
-    core.shared_memory.cuda_status(request.name)  # never lists a region
-    return pb.CudaSharedMemoryStatusResponse()
+    response = pb.CudaSharedMemoryStatusResponse()
+    for region in core.shared_memory.cuda_status(request.name):
+        status = response.regions[region["name"]]
+        status.name = region["name"]
+        status.device_id = region["device_id"]
+        status.byte_size = region["byte_size"]
+    return response
 
 
 def cuda_register(core: InferenceCore, request: pb.CudaSharedMemoryRegisterRequest
                   ) -> pb.CudaSharedMemoryRegisterResponse:
-    core.shared_memory.register_cuda(request.name)
+    core.shared_memory.register_cuda(request.name, request.raw_handle, request.device_id,
+                                     request.byte_size)
     return pb.CudaSharedMemoryRegisterResponse()
 
 

@@ -4,7 +4,10 @@ parameters that name a region.
     GET  /v2/systemsharedmemory[/region/R]/status      [{"name", "key", "offset", "byte_size"}]
     POST /v2/systemsharedmemory/region/R/register      {"key", "offset", "byte_size"}
     POST /v2/systemsharedmemory[/region/R]/unregister  (no R: every region)
-    /v2/cudasharedmemory/...                           the same paths; registering is refused
+    GET  /v2/cudasharedmemory[/region/R]/status        [{"name", "device_id", "byte_size"}]
+    POST /v2/cudasharedmemory/region/R/register        {"raw_handle": {"b64"}, "device_id",
+                                                        "byte_size"} (a GPU is needed)
+    POST /v2/cudasharedmemory[/region/R]/unregister
 
 The tensor parameters (`shared_memory_region`, `_offset`, `_byte_size`) are read by
 codec.py.
@@ -16,6 +19,8 @@ with its JSON library's message), as elsewhere in pbserve's HTTP codec.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from urllib.parse import unquote
 
 from pbserve.backend.api import InferenceCore
@@ -68,7 +73,11 @@ def handle(core: InferenceCore, request: HttpRequest, kind: str, rest: list[str]
     if action == "unregister":
         manager.unregister_cuda(name)
         return _OK
-    manager.register_cuda(name)
+    manager.check_allowed()
+    if not name:
+        raise invalid_arg("'region name' is necessary to register cuda shared memory "
+                          "region")
+    manager.register_cuda(name, *_cuda_register_body(request))
     return _OK
 
 
@@ -85,3 +94,22 @@ def _register_body(request: HttpRequest) -> tuple[str, int, int]:
     if "byte_size" not in body:
         raise invalid_arg("Shared memory register request has no 'byte_size' field")
     return key, offset, unsigned_field(body, "byte_size")
+
+
+def _cuda_register_body(request: HttpRequest) -> tuple[bytes, int, int]:
+    """Triton's body: {"raw_handle": {"b64": <base64 of the IPC handle>}, "device_id",
+    "byte_size"}."""
+    body = parse_json(request.body, "request")
+    if not isinstance(body, dict):
+        raise invalid_arg("Shared memory register request must be a JSON object")
+    handle = body.get("raw_handle")
+    if not isinstance(handle, dict) or not isinstance(handle.get("b64"), str):
+        raise invalid_arg("Shared memory register request has no 'raw_handle' field with "
+                          "a 'b64' string")
+    try:
+        raw = base64.b64decode(handle["b64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_arg("Unable to parse 'raw_handle': invalid base64") from None
+    if "byte_size" not in body:
+        raise invalid_arg("Shared memory register request has no 'byte_size' field")
+    return raw, unsigned_field(body, "device_id"), unsigned_field(body, "byte_size")

@@ -1,0 +1,50 @@
+"""IN + 1 on the GPU (cupy, or torch with the request parameter framework=torch), sent to
+gpu_pass by BLS with the preferred memory the parameter `memory` names (GPU, CPU, or
+none), and checked on the device against what came back. OUT is the BLS output as it
+came; OUT_ON_GPU says where it came; CALLEE_SAW_GPU where gpu_pass saw its input."""
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            params = json.loads(request.parameters())
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if params.get("framework") == "torch":
+                import torch
+                plus_one = torch.from_numpy(data).cuda() + 1
+            else:
+                import cupy
+                plus_one = cupy.asarray(data) + 1
+            memory = {"GPU": pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0),
+                      "CPU": pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)}
+            kwargs = {}
+            if params.get("memory") in memory:
+                kwargs["preferred_memory"] = memory[params["memory"]]
+            call = pb_utils.InferenceRequest(
+                model_name="gpu_pass", requested_output_names=["OUT", "ON_GPU"],
+                inputs=[pb_utils.Tensor.from_dlpack("IN", plus_one)], **kwargs)
+            answer = call.exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            out = pb_utils.get_output_tensor_by_name(answer, "OUT")
+            saw = pb_utils.get_output_tensor_by_name(answer, "ON_GPU").as_numpy()
+            if not out.is_cpu():  # compare on the device, in the model's framework
+                if params.get("framework") == "torch":
+                    import torch
+                    same = bool(torch.equal(torch.from_dlpack(out.to_dlpack()), plus_one))
+                else:
+                    import cupy
+                    same = bool(cupy.array_equal(cupy.from_dlpack(out.to_dlpack()), plus_one))
+                if not same:
+                    raise pb_utils.TritonModelException("the GPU output differs on the device")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor.from_dlpack("OUT", out.to_dlpack()),
+                pb_utils.Tensor("OUT_ON_GPU", np.array([not out.is_cpu()])),
+                pb_utils.Tensor("CALLEE_SAW_GPU", saw.copy())]))
+        return responses
