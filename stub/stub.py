@@ -343,8 +343,12 @@ class Stub:
             parameters = json.loads(args.get("model_config") or "{}").get("parameters", {})
             self.cancel_coroutines = parameters.get(CANCEL_COROUTINES, {}).get(
                 "string_value", "").lower() in ("true", "yes", "1", "on")
-            self.gpu_inputs = parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS, {}).get(
-                "string_value", "yes") == "no"
+            force_cpu = parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS, {}).get(
+                "string_value", "yes")
+            if force_cpu not in ("yes", "no"):
+                raise StubError(f"Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: "
+                                f"{force_cpu}'")  # Triton's words, its stray quote too
+            self.gpu_inputs = force_cpu == "no"
             self.runtime = StubRuntime(self, decoupled, self.memory)
             _runtime.set_runtime(self.runtime)
             self.model = self._model_class(model_path, backend_path)()
