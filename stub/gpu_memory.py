@@ -32,13 +32,10 @@ POOL_BYTES = 64 << 20  # each device's first allocation and growth unless
 
 
 class DeviceBlock:
-    """Keeps what a GPU tensor over shared device memory needs alive (`keep`), and is
-    the object whose collection says the tensor is gone (weakref.finalize)."""
+    """The owner of a GPU tensor over shared device memory: its collection says the
+    tensor and every DLPack view of it are gone (weakref.finalize)."""
 
-    __slots__ = ("keep", "__weakref__")
-
-    def __init__(self, keep: Any = None) -> None:
-        self.keep = keep
+    __slots__ = ("__weakref__",)
 
 
 class GpuMemory:
@@ -140,15 +137,15 @@ class GpuMemory:
         return self._regions.cuda.pointer(token, offset, nbytes)
 
     def device_tensor(self, name: str, datatype: str, shape: Any, token: str, offset: int,
-                      nbytes: int, keep: Any = None) -> tuple[Tensor, DeviceBlock]:
+                      nbytes: int) -> tuple[Tensor, DeviceBlock]:
         """A GPU tensor over a block of shared device memory (no copy), and its owner:
-        the tensor and every DLPack view of it keep the owner (and `keep`) alive."""
+        the tensor and every DLPack view of it keep the owner alive."""
         device, pointer = self.pointer(token, offset, nbytes)
         code, bits = _TO_DLPACK[_code_of_name(datatype)]
         info = _dlpack.DLInfo(data_ptr=pointer, device_type=_dlpack.DEVICE_CUDA,
                               device_id=device, code=code, bits=bits, lanes=1,
                               shape=tuple(int(d) for d in shape), strides=None)
-        owner = DeviceBlock(keep)
+        owner = DeviceBlock()
         return Tensor._from_dl_info(name, info, owner), owner
 
     def host_tensor(self, name: str, datatype: str, shape: Any, token: str, offset: int,
@@ -164,12 +161,9 @@ class GpuMemory:
         that it fits."""
         token, offset, _ = destination
         if tensor._gpu is not None:
-            info = tensor._gpu[0]
-            source, nbytes = info.data_ptr, info.nbytes
-            keep = None
+            source, nbytes = tensor._gpu[0].data_ptr, tensor._gpu[0].nbytes
         else:
-            keep = np.frombuffer(tensor._raw_bytes(), np.uint8)
-            source, nbytes = keep.ctypes.data, keep.nbytes
+            host = np.frombuffer(tensor._raw_bytes(), np.uint8)  # alive until copied
+            source, nbytes = host.ctypes.data, host.nbytes
         device, target = self._regions.cuda.pointer(token, offset, nbytes)
         cuda_driver.copy(device, target, source, nbytes)
-        del keep

@@ -28,6 +28,8 @@ from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap, ShmSizes
 from stub import protocol as p
 
+log = logging.getLogger("pbserve.backend")
+
 if TYPE_CHECKING:
     from pbserve.backend.instances.rate_limiter import InstanceLimit
 
@@ -353,10 +355,34 @@ class ModelInstance:
         handlers = self._handlers
         for message in batch:
             handler = handlers.get(message[0])
-            if handler is not None:
-                handler(message)
-            else:
+            if handler is None:
                 self._supervisor.answered(message)
+                continue
+            try:
+                handler(message)
+            except Exception as exc:  # noqa: BLE001 - one bad message must not hang requests
+                self._unhandled(message, exc)
+
+    def _unhandled(self, message: tuple, exc: Exception) -> None:
+        """A message of the stub's the parent could not take in: logged, and the requests
+        it answers that are still waiting fail with INTERNAL, so that neither they nor
+        the instance's next batch wait forever."""
+        log.exception("instance '%s': a message from its stub (kind %s) could not be "
+                      "handled", self.name, message[0])
+        error = f"a message of model instance '{self.name}' could not be handled: {exc}"
+        if message[0] == p.RESPONSES:
+            _, batch_id, _, responses, rescheduled = message
+            for key, _ in responses:
+                self._fail_request(key, error)
+            if batch_id in self._batches:
+                self._on_batch_end(batch_id, error, rescheduled)
+        elif message[0] == p.SEND:
+            self._fail_request(message[1], error)
+
+    def _fail_request(self, key: int, error: str) -> None:
+        pending = self._inflight.pop(key, None)
+        if pending is not None:
+            pending.deliver(self._outputs.error_response(pending, internal(error)))
 
     def _message_handlers(self) -> dict[int, Callable[[tuple], None]]:
         return {p.RESPONSES: self._on_responses, p.SEND: self._on_send,
@@ -411,7 +437,7 @@ class ModelInstance:
             if pending is not None and msg is not None:
                 del self._inflight[key]
                 started = time.monotonic_ns()
-                response = self._outputs.response(pending, msg, True)
+                response = self._read_response(pending, msg, True)
                 pending.output_ns += time.monotonic_ns() - started
                 pending.model_errors += response.error is not None
                 pending.deliver(response)
@@ -430,12 +456,27 @@ class ModelInstance:
             response = InferResponse(self.model_name, self.model_version,
                                      pending.request.id, final=final)
         else:
-            response = self._outputs.response(pending, msg, final)
+            response = self._read_response(pending, msg, final)
+            if response.final and not final:  # unreadable: the request ends here
+                self._inflight.pop(key, None)
             pending.model_errors += response.error is not None
         pending.output_ns += time.monotonic_ns() - started
         pending.deliver(response)
         self._events.responded(pending, response.error is not None, not response.outputs,
                                started)
+
+    def _read_response(self, pending: PendingRequest, msg: tuple, final: bool
+                       ) -> InferResponse:
+        """The InferResponse of a ResponseMsg. One the parent cannot read (a descriptor
+        naming no region, say: a broken stub) is logged and becomes a final INTERNAL
+        error for its request; nothing else is harmed."""
+        try:
+            return self._outputs.response(pending, msg, final)
+        except Exception as exc:  # noqa: BLE001 - the stub's fault, not the server's
+            log.exception("instance '%s': a response of its stub could not be read",
+                          self.name)
+            return self._outputs.error_response(pending, internal(
+                f"the response of model instance '{self.name}' could not be read: {exc}"))
 
     def _on_batch_done(self, message: tuple) -> None:
         _, batch_id, error, rescheduled = message
