@@ -85,3 +85,14 @@ def test_force_cpu_only_input_tensors_takes_yes_or_no(tmp_path):
         [entry] = models.manager.repository_index()
     assert entry["state"] == "UNAVAILABLE"
     assert "Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: maybe'" in entry["reason"]
+
+
+def test_gpu_outputs_are_not_kept_by_the_response_cache():
+    from pbserve.backend.cache.response_cache import ResponseCache
+    from pbserve.backend.types import InferResponse, TensorData
+
+    cache = ResponseCache(1 << 20)
+    on_gpu = InferResponse("m", "1", outputs=[TensorData("OUT", "FP32", (4,), DeviceBytes(16))])
+    assert cache.insert(("k",), on_gpu) is False
+    on_host = InferResponse("m", "1", outputs=[TensorData("OUT", "FP32", (4,), bytes(16))])
+    assert cache.insert(("k",), on_host) is True

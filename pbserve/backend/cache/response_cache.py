@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from pbserve.backend.types import Buffer, InferRequest, InferResponse, TensorData
+from shm.cuda_region import DeviceBytes
 
 log = logging.getLogger("pbserve")
 
@@ -102,6 +103,8 @@ class ResponseCache:
         there already (another request's miss put it), or it cannot fit at all."""
         if key in self._entries or response.error is not None:
             return False
+        if any(isinstance(t.data, DeviceBytes) for t in response.outputs):
+            return False  # GPU outputs for a BLS caller (docs/gpu.md): no host bytes here
         started = time.monotonic_ns()
         outputs = tuple((t.name, t.datatype, tuple(t.shape), bytes(t.data))
                         for t in response.outputs)
