@@ -22,6 +22,9 @@ Ownership of shm blocks, by message kind:
 - CALL "bls": input blocks belong to the calling stub, which frees them when the call
   has its (final) answer. The answer's output blocks belong to the target stub; the
   parent holds them under a token until the caller sends BLS_RELEASE for it.
+- A block on the GPU (its region a CUDA token, shm/cuda_region.py) follows the same
+  rules. A block an output names as it came in (a lent GPU input) stays its owner's:
+  the stub that gets it back in `frees` finds it is not its own and does nothing.
 """
 
 from __future__ import annotations
