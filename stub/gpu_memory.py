@@ -16,6 +16,7 @@ bytes (`host_tensor`) where the model takes CPU inputs or the caller asked for C
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,8 @@ from shm.pool import Block, Pool, RegionMap
 
 POOL_BYTES = 64 << 20  # each device's first allocation and growth unless
 #   --cuda-memory-pool-byte-size says (Triton's default); a larger tensor gets its own
+TRIM_EVERY_S = 60.0  # an idle allocation goes back after one to two of these: mapping
+#   one again in another process costs ~150 ms (1 GiB, H100), a shm region's far less
 
 
 class DeviceBlock:
@@ -49,6 +52,7 @@ class GpuMemory:
         self._pools: dict[int, Pool] = {}
         self._lent: dict[tuple[int, int], Block] = {}
         self._lock = threading.Lock()
+        self._trimmed_at = time.monotonic()
 
     # -- out ----------------------------------------------------------------------------
     def pool(self, device_id: int) -> Pool:
@@ -109,7 +113,13 @@ class GpuMemory:
             self._lent.pop(key, None)
 
     def trim(self, force: bool) -> list[str]:
-        """The pools' idle regions given back (Pool.trim): their tokens."""
+        """The pools' idle regions given back (Pool.trim): their tokens. The stub asks
+        whenever it idles; but for `force`, the pools trim at most every TRIM_EVERY_S,
+        so an allocation is kept while it is used at least that often."""
+        now = time.monotonic()
+        if not force and now - self._trimmed_at < TRIM_EVERY_S:
+            return []
+        self._trimmed_at = now
         gone: list[str] = []
         for pool in list(self._pools.values()):
             gone.extend(pool.trim(force))

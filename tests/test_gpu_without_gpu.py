@@ -96,3 +96,31 @@ def test_gpu_outputs_are_not_kept_by_the_response_cache():
     assert cache.insert(("k",), on_gpu) is False
     on_host = InferResponse("m", "1", outputs=[TensorData("OUT", "FP32", (4,), bytes(16))])
     assert cache.insert(("k",), on_host) is True
+
+
+def test_a_stub_gives_idle_gpu_allocations_back_only_every_trim_interval(monkeypatch):
+    """The allocator is the shm pool's (tested there); here host regions stand in for
+    device ones: the point is how often the stub's idle trims reach its pools."""
+    import stub.gpu_memory as gpu_memory
+    from shm.names import new_prefix, unlink_prefix
+    from shm.pool import Pool
+
+    clock = [1000.0]
+    monkeypatch.setattr(gpu_memory.time, "monotonic", lambda: clock[0])
+    prefix = new_prefix()
+    gpu = GpuMemory(prefix, RegionMap())
+    pool = gpu._pools[0] = Pool(f"{prefix}-g0", 1 << 16, 1 << 16)
+    try:
+        big = pool.alloc(1 << 20)  # a region of its own, freed at once
+        pool.free(big.region, big.offset)
+        for _ in range(5):  # idle trims within the interval: nothing goes
+            clock[0] += 1
+            assert gpu.trim(False) == []
+        clock[0] += gpu_memory.TRIM_EVERY_S
+        assert gpu.trim(False) == []  # the first trim only marks it idle
+        clock[0] += gpu_memory.TRIM_EVERY_S
+        assert gpu.trim(False) == [big.region]
+        assert gpu.trim(True) == []  # under pressure: at once, whatever is empty
+    finally:
+        gpu.close()
+        unlink_prefix(prefix)
