@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, as one command on a lent GPU machine (the `device` tool's run):
-#   bash bench/gpu_run.sh [pytest args...]     (carry: .whl, the wheels this image lacks)
+#   bash bench/gpu_run.sh [pytest args...]     (carry: .whl, the wheels this image lacks,
+#                                                made here by bench/gpu_wheels.sh)
 # Installs the missing wheels, prints the GPU and the frameworks, runs the GPU tests and
 # bench/gpu.py; everything also goes to $OUT/gpu_log.txt.
 set -u
