@@ -1,6 +1,7 @@
-"""A message from a stub that the parent cannot take in (here: a response naming a shared
-memory region that does not exist) fails the request it answers with INTERNAL, and
-nothing else: the same instance serves the next request."""
+"""A message from a stub that the parent cannot take in fails the request it answers with
+INTERNAL (a response naming a shared memory region that does not exist), or is only
+logged (a message of another kind); nothing else is harmed: the same instance serves the
+next request."""
 
 from __future__ import annotations
 
@@ -23,3 +24,13 @@ def test_an_unreadable_response_fails_its_request_and_the_instance_goes_on():
         for _ in range(2):
             [good, *_] = models.stream("bad_outputs", {"BAD": np.array([False])})
             np.testing.assert_array_equal(good["OUT"], [1.0])
+
+
+def test_a_malformed_message_of_another_kind_is_logged_and_harms_nothing(caplog):
+    with load_models(MODELS, models=["bad_outputs"]) as models:
+        [good, *_] = models.stream("bad_outputs", {"BAD": np.array([False])},
+                                   parameters={"malformed": True})
+        np.testing.assert_array_equal(good["OUT"], [1.0])
+        [again, *_] = models.stream("bad_outputs", {"BAD": np.array([False])})
+        np.testing.assert_array_equal(again["OUT"], [1.0])
+    assert "a message from its stub (kind 106) could not be handled" in caplog.text
