@@ -61,7 +61,6 @@ def _declare(lib: ctypes.CDLL) -> None:
         "cuMemcpyAsync": [u64, u64, size, ptr],
         "cuStreamSynchronize": [ptr],
         "cuMemGetAddressRange_v2": [ctypes.POINTER(u64), ctypes.POINTER(size), u64],
-        "cuMemGetInfo_v2": [ctypes.POINTER(size), ctypes.POINTER(size)],
         "cuIpcGetMemHandle": [ctypes.POINTER(_IpcHandle), u64],
         "cuIpcOpenMemHandle_v2": [ctypes.POINTER(u64), _IpcHandle, ctypes.c_uint],
         "cuIpcCloseMemHandle": [u64],
@@ -120,13 +119,6 @@ def copy(device_id: int, dst: int, src: int, nbytes: int) -> None:
         check(lib, lib.cuStreamSynchronize(None), "cuStreamSynchronize")
 
 
-def copy_to_host(dst_address: int, src_device_pointer: int, nbytes: int,
-                 device_id: int) -> None:
-    """Copy `nbytes` from GPU `device_id`'s memory at `src_device_pointer` to host
-    memory at `dst_address` (a shm block); returns once the bytes are there."""
-    copy(device_id, dst_address, src_device_pointer, nbytes)
-
-
 def alloc(device_id: int, nbytes: int) -> int:
     """`nbytes` of device memory (cuMemAlloc: its own allocation, so its own handle)."""
     with on_device(device_id) as lib:
@@ -169,11 +161,3 @@ def ipc_close(device_id: int, pointer: int) -> None:
     with on_device(device_id) as lib:
         check(lib, lib.cuIpcCloseMemHandle(pointer), "cuIpcCloseMemHandle")
 
-
-def memory_in_use(device_id: int) -> int:
-    """Bytes of the device's memory in use by every process (cuMemGetInfo)."""
-    with on_device(device_id) as lib:
-        free_bytes, total = ctypes.c_size_t(), ctypes.c_size_t()
-        check(lib, lib.cuMemGetInfo_v2(ctypes.byref(free_bytes), ctypes.byref(total)),
-              "cuMemGetInfo")
-        return total.value - free_bytes.value

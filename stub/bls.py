@@ -114,14 +114,14 @@ class BlsClient:
                     owned.append(desc)  # else an input of ours, lent on as it came
             descs.append(desc)
         version = request.model_version()
+        memory_type = request.preferred_memory().preferred_memory_type
         args = (request.model_name(), "" if version in (-1, None) else str(version),
                 request.request_id(), request.correlation_id(), request.flags(),
                 request.parameters(), request.timeout(),
                 tuple(request.requested_output_names()), tuple(descs), decoupled,
                 CURRENT_KEYS.get(), request._trace._key if request._trace is not None else None,
-                request.preferred_memory().preferred_memory_type)
-        cpu = request.preferred_memory().preferred_memory_type == TRITONSERVER_MEMORY_CPU
-        return args, _CallMemory(memory, owned, cpu)
+                memory_type)
+        return args, _CallMemory(memory, owned, memory_type == TRITONSERVER_MEMORY_CPU)
 
     def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
         args, owned = self._args(request, decoupled)

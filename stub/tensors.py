@@ -9,7 +9,7 @@ from shm.pool import Block, Pool, RegionMap
 from shm.cuda_region import is_cuda_token
 from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub.borrowed import BorrowedBlocks
-from shm.cuda_driver import copy_to_host
+from shm import cuda_driver
 from stub.gpu_memory import GpuMemory
 
 
@@ -105,7 +105,7 @@ def output_into_region(tensor: Tensor, destination: tuple[str, int, int],
         if array is None:
             info = tensor._gpu[0]
             address = np.frombuffer(target, np.uint8).ctypes.data
-            copy_to_host(address, info.data_ptr, nbytes, info.device_id)
+            cuda_driver.copy(info.device_id, address, info.data_ptr, nbytes)
         else:
             target[:] = tensor._raw_bytes()
     return (tensor.name(), tensor._triton_datatype_name(), shape, token, offset, nbytes)
@@ -119,7 +119,7 @@ def _store_from_gpu(tensor: Tensor, pool: Pool) -> Block:
     try:
         if info.nbytes:
             address = np.frombuffer(pool.view(block), np.uint8).ctypes.data
-            copy_to_host(address, info.data_ptr, info.nbytes, info.device_id)
+            cuda_driver.copy(info.device_id, address, info.data_ptr, info.nbytes)
     except BaseException:
         pool.free(block.region, block.offset)
         raise

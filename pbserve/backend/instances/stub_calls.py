@@ -28,7 +28,7 @@ from pbserve.backend.instances.remote_calls import in_parent_blocks
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
 from backend_utils.constants import TRITONSERVER_MEMORY_CPU as MEMORY_CPU
-from shm.cuda_region import DeviceBytes, is_cuda_token
+from shm.cuda_region import DeviceBytes
 
 if TYPE_CHECKING:
     from pbserve.backend.api import InferenceCore
@@ -137,8 +137,8 @@ class StubCalls:
         self._serving[(id(caller), call_id)] = set(on_behalf_of)
         request = InferRequest(
             model_name, version, request_id,
-            inputs=[TensorData(d[0], d[1], tuple(d[2]), DeviceBytes(d[5])
-                               if is_cuda_token(d[3]) else self._view(d[3], d[4], d[5]))
+            # a GPU input's view is a DeviceBytes: its size, for validation (shm/pool.py)
+            inputs=[TensorData(d[0], d[1], tuple(d[2]), self._view(d[3], d[4], d[5]))
                     for d in descs],
             requested_outputs=list(requested) or None,
             parameters=json.loads(params) if params and params != "{}" else {},

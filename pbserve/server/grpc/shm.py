@@ -43,14 +43,8 @@ def tensor_shm(tensor: Any) -> ShmRef | None:
 
 def system_status(core: InferenceCore, request: pb.SystemSharedMemoryStatusRequest
                   ) -> pb.SystemSharedMemoryStatusResponse:
-    response = pb.SystemSharedMemoryStatusResponse()
-    for region in core.shared_memory.status(request.name):
-        status = response.regions[region["name"]]
-        status.name = region["name"]
-        status.key = region["key"]
-        status.offset = region["offset"]
-        status.byte_size = region["byte_size"]
-    return response
+    return _status(pb.SystemSharedMemoryStatusResponse(),
+                   core.shared_memory.status(request.name))
 
 
 def system_register(core: InferenceCore, request: pb.SystemSharedMemoryRegisterRequest
@@ -67,13 +61,8 @@ def system_unregister(core: InferenceCore, request: pb.SystemSharedMemoryUnregis
 
 def cuda_status(core: InferenceCore, request: pb.CudaSharedMemoryStatusRequest
                 ) -> pb.CudaSharedMemoryStatusResponse:
-    response = pb.CudaSharedMemoryStatusResponse()
-    for region in core.shared_memory.cuda_status(request.name):
-        status = response.regions[region["name"]]
-        status.name = region["name"]
-        status.device_id = region["device_id"]
-        status.byte_size = region["byte_size"]
-    return response
+    return _status(pb.CudaSharedMemoryStatusResponse(),
+                   core.shared_memory.cuda_status(request.name))
 
 
 def cuda_register(core: InferenceCore, request: pb.CudaSharedMemoryRegisterRequest
@@ -87,3 +76,13 @@ def cuda_unregister(core: InferenceCore, request: pb.CudaSharedMemoryUnregisterR
                     ) -> pb.CudaSharedMemoryUnregisterResponse:
     core.shared_memory.unregister_cuda(request.name)
     return pb.CudaSharedMemoryUnregisterResponse()
+
+
+def _status(response: Any, regions: list[dict[str, Any]]) -> Any:
+    """A status response (system or CUDA) listing `regions`, each a dict of its
+    RegionStatus fields (shared_memory.py)."""
+    for region in regions:
+        status = response.regions[region["name"]]
+        for field, value in region.items():
+            setattr(status, field, value)
+    return response
