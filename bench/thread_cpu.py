@@ -68,6 +68,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--model", default="identity_fp32", help="e.g. batch_fp32 (vs.py's batch row)")
+    ap.add_argument("--elements", type=int, default=16,
+                    help="INPUT0's FP32 elements (vs.py's 16 MiB rows: 4194304)")
     args = ap.parse_args()
     http, grpc, metrics = free_ports(3)
     work = Path(tempfile.mkdtemp(prefix="thread-cpu-"))
@@ -85,7 +87,8 @@ def main() -> None:
         window_ms = int((args.seconds + 6) * 1000)
         pa = subprocess.Popen(
             ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
-             f"-m {args.model} -i {args.protocol} -u 127.0.0.1:{port} --shape INPUT0:16 "
+             f"-m {args.model} -i {args.protocol} -u 127.0.0.1:{port} "
+             f"--shape INPUT0:{args.elements} "
              f"--concurrency-range {args.concurrency} --measurement-interval {window_ms} "
              f"-s 999 --max-trials 3"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

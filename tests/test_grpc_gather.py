@@ -150,6 +150,41 @@ def test_placed_blocks_come_back_to_the_pool():
         pool.close()
 
 
+def test_placing_leaves_half_of_dev_shm_free():
+    """`place` declines (the frontend gathers in memory) when less than half of /dev/shm
+    would stay free: what runs needs the rest for its inputs and outputs."""
+    pool = Pool(new_prefix() + "-test", 1 << 20, 1 << 20)
+    free = [10 << 20]
+    try:
+        placer = InputPlacer(BlockRefs(pool), room=lambda: (free[0], 16 << 20))
+        assert placer.place(2 << 20) is not None  # 8 MiB of 16 stay free
+        assert placer.place((2 << 20) + 1) is None
+        free[0] = 16 << 20
+        assert placer.place(8 << 20) is not None
+    finally:
+        pool.close()
+
+
+def test_under_pressure_waiting_tensors_move_out_of_shm_and_nothing_is_placed():
+    pool = Pool(new_prefix() + "-test", 1 << 20, 1 << 20)
+    try:
+        placer = InputPlacer(BlockRefs(pool), room=lambda: (1 << 30, 1 << 30))
+        view, placed = placer.place(300_000)
+        view[:] = bytes(range(200)) * 1500
+        tensor = TensorData("IN", "UINT8", (300_000,), view, None, placed)
+        placed.park(tensor)  # its request waits for an instance
+        _, running = placer.place(1000)
+        assert running.take()  # a request that runs: not moved
+        assert pool.live_blocks == 2
+        assert placer.relieve() == placed.block.nbytes
+        assert tensor.placed is None and tensor.data == bytes(range(200)) * 1500
+        assert not placed.take() and pool.live_blocks == 1  # its block went back
+        assert placer.place(1000) is None  # nothing placed right after the pressure
+        assert placer.relieve() == 0
+    finally:
+        pool.close()
+
+
 # --- the backend takes a placed block over ---------------------------------------------
 
 def test_a_request_takes_its_placed_input_without_a_copy():

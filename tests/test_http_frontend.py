@@ -45,6 +45,21 @@ def to_bytes_layout(items: list[bytes]) -> bytes:
 
 # --- the fake core ---------------------------------------------------------------------
 
+class CountingPlacer:
+    """An InputPlacer in memory: what it placed, what came back (nothing takes them)."""
+
+    def __init__(self) -> None:
+        self.placed = 0
+        self.dropped = 0
+
+    def place(self, nbytes: int) -> tuple[memoryview, object]:
+        self.placed += 1
+        return memoryview(bytearray(nbytes)), object()
+
+    def drop(self, handle: object) -> None:
+        self.dropped += 1
+
+
 class FakeCore:
     """Models: add_sub (FP32 [4]), identity (IN* -> OUT*, any dtype), error_model,
     params (echoes what the frontend decoded), repeat (decoupled), fp16_out, text
@@ -62,6 +77,11 @@ class FakeCore:
         self.unloads: list[tuple] = []
         self.unloaded: set[str] = set()
         self.last_request: InferRequest | None = None
+        self.placer = CountingPlacer()
+
+    # where the connection gathers large infer bodies' tensors: memory, counted
+    def input_placer(self) -> "CountingPlacer":
+        return self.placer
 
     # health and metadata
     def is_live(self) -> bool:
@@ -641,6 +661,82 @@ def test_an_endless_head_is_431_and_closes_and_the_server_serves_on(server):
     assert received.startswith(b"HTTP/1.1 431"), received[:200]
     assert b"exceed" in received
     assert raw(server, "GET", "/v2/health/live")[0] == 200
+
+
+# --- large infer bodies: their binary inputs gathered by the core's placer -----------
+
+def placer_settled(core: FakeCore) -> bool:
+    """Whether everything placed came back (the connection gives back what no request
+    took; the fake core takes nothing), waiting a little for the server's thread."""
+    deadline = time.monotonic() + 2
+    while core.placer.dropped != core.placer.placed and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return core.placer.dropped == core.placer.placed
+
+
+def large_infer_head(model: str, body_size: int, header_size: int) -> bytes:
+    return (b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+            b"Inference-Header-Content-Length: %d\r\n\r\n" % (model.encode(), body_size,
+                                                                 header_size))
+
+
+def test_a_large_binary_request_is_decoded_from_its_placed_inputs(client, core):
+    big = np.arange(70_000, dtype=np.int32)
+    small = np.array([7, 8, 9], dtype=np.int32)
+    placed = core.placer.placed
+    result = client.infer("identity", [h_in("IN_A", big), h_in("IN_B", small),
+                                       h_in("IN_J", small, binary=False)])
+    assert np.array_equal(result.as_numpy("OUT_A"), big)
+    assert np.array_equal(result.as_numpy("OUT_B"), small)
+    assert np.array_equal(result.as_numpy("OUT_J"), small)
+    assert [t.placed is not None for t in core.last_request.inputs] == [True, True, False]
+    assert core.placer.placed - placed == 2
+    assert placer_settled(core)
+
+
+def test_a_large_body_the_placer_does_not_gather_is_read_as_before(server, core):
+    """Not placed: a JSON body, a compressed one, a path other than infer. Placed and
+    given back: a large request for an unknown model."""
+    data = list(range(20_000))
+    json_body, _ = infer_body([{"name": "IN_X", "datatype": "INT32", "shape": [20_000],
+                                "data": data}])
+    placed = core.placer.placed
+    status, _, reply = raw(server, "POST", "/v2/models/identity/infer", json_body)
+    assert status == 200 and json.loads(reply)["outputs"][0]["data"] == data
+    big = np.arange(70_000, dtype=np.int32)
+    body, headers = infer_body([{"name": "IN_X", "datatype": "INT32", "shape": [70_000],
+                                 "parameters": {"binary_data_size": big.nbytes}}],
+                               big.tobytes())
+    status, _, reply = raw(server, "POST", "/v2/models/identity/generate", body, headers)
+    assert status == 400  # the generate endpoint's own error, from the whole body
+    assert core.placer.placed == placed
+    status, _, reply = raw(server, "POST", "/v2/models/no_such/infer", body, headers)
+    assert status == 404 and b"no_such" in reply
+    assert core.placer.placed == placed + 1 and placer_settled(core)
+
+
+def test_a_client_gone_halfway_through_a_large_body_leaves_nothing_placed(server, core):
+    header = json.dumps({"inputs": [
+        {"name": "IN_A", "datatype": "UINT8", "shape": [1 << 20],
+         "parameters": {"binary_data_size": 1 << 20}},
+        {"name": "IN_B", "datatype": "UINT8", "shape": [1 << 20],
+         "parameters": {"binary_data_size": 1 << 20}}]}).encode()
+    size = len(header) + (2 << 20)
+    placed = core.placer.placed
+    with socket.create_connection(("127.0.0.1", server.http.port), timeout=10) as sock:
+        sock.sendall(large_infer_head("identity", size, len(header)) + header +
+                     bytes(1 << 19))
+        deadline = time.monotonic() + 2
+        while core.placer.placed == placed and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert core.placer.placed == placed + 1  # IN_A's block; IN_B's bytes never came
+    assert placer_settled(core)
+    # and two whole requests pipelined by a client that leaves without reading
+    body = header + bytes(2 << 20)
+    with socket.create_connection(("127.0.0.1", server.http.port), timeout=10) as sock:
+        sock.sendall((large_infer_head("identity", size, len(header)) + body) * 2)
+    assert placer_settled(core)
+    assert raw(server, "GET", "/v2/health/ready")[0] == 200
 
 
 def test_a_claimed_content_length_allocates_nothing_before_the_body_arrives(server):

@@ -35,6 +35,18 @@ class ModelHandle(Protocol):
         ...
 
 
+class InputPlacer(Protocol):
+    """Where a frontend gathers a large request's tensors as they arrive (the parent's
+    shm pool: backend/input_placer.py), so that they need no copy of their own. On the
+    event loop's thread."""
+
+    def place(self, nbytes: int) -> tuple[memoryview, Any] | None:
+        """A writable buffer of `nbytes` and its handle, or None (gather in memory)."""
+
+    def drop(self, handle: Any) -> None:
+        """Give back a buffer `place` gave that no request took."""
+
+
 class InferenceCore(Protocol):
     # The regions clients registered (Triton's shared-memory extensions); an infer
     # request naming one (`uses_shm`) has them resolved by the core.
@@ -65,10 +77,9 @@ class InferenceCore(Protocol):
         """The model's (completed) config as Triton prints it as JSON."""
         ...
 
-    def input_placer(self) -> Any:
+    def input_placer(self) -> InputPlacer | None:
         """Where a frontend may gather a large request's tensors so that they need no
-        copy of their own (backend/input_placer.py InputPlacer: `place(nbytes)`,
-        `drop(placed)`), or None."""
+        copy of their own, or None (not started; a frontend of another process)."""
         ...
 
     def model_handle(self, name: str, version: str = "") -> ModelHandle:

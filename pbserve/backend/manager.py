@@ -159,7 +159,8 @@ class ModelManager:
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)
         self._calls.blocks = self._refs
-        self._upkeep.start(self._pool)
+        self._placer = InputPlacer(self._refs)
+        self._upkeep.start(self._pool, self._placer.relieve)
         self._live = True
         names = self._startup_names()
         if names and isinstance(self._launcher, ZygoteLauncher):
@@ -315,8 +316,7 @@ class ModelManager:
     def input_placer(self) -> InputPlacer | None:
         """Where a frontend may gather a large request's tensors (the parent's pool);
         None before start()."""
-        refs = getattr(self, "_refs", None)
-        return InputPlacer(refs) if refs is not None else None
+        return getattr(self, "_placer", None)
 
     def model_handle(self, name: str, version: str = "") -> LoadedModel:
         return LoadedModel(self.model(name, version), self.shared_memory)

@@ -493,7 +493,10 @@ class Model:
                         raise
                     staged = False
             if not staged:
-                descs, blocks = (), []  # _stage copies them
+                descs, blocks = (), []  # _stage copies them, or takes their placed blocks
+                for tensor in request.inputs:
+                    if tensor.placed is not None:  # moved out of shm if it runs short
+                        tensor.placed.park(tensor)
         else:
             descs = tuple((d[0], d[1], self._validator.model_shape(t, batch_size), *d[3:])
                           for d, t in zip(descs, request.inputs))

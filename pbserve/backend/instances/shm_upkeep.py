@@ -10,8 +10,10 @@ names the regions it unlinked, and the others drop their mappings:
   each PARENT_CHECK_S while it holds a region it may give back), and sends
   REGIONS_GONE; the parent unmaps them and relays FORGET_REGIONS to the other stubs (a
   BLS caller or callee may have mapped them).
-Under pressure (an allocation found /dev/shm full: `relieve`) the parent trims with
-force and sends TRIM to every stub, at most once per PRESSURE_INTERVAL_S. Used on the
+Under pressure (an allocation found /dev/shm full: `relieve`) the parent moves the
+inputs of requests waiting for an instance out to process memory
+(backend/input_placer.py), trims with force and sends TRIM to every stub, at most once
+per PRESSURE_INTERVAL_S. Used on the
 event loop's thread only.
 """
 
@@ -49,6 +51,15 @@ def shm_capacity() -> int:
     return stat.f_blocks * stat.f_frsize
 
 
+def shm_room() -> tuple[int, int]:
+    """The free and total bytes of /dev/shm (free as any process may allocate them)."""
+    try:
+        stat = os.statvfs(SHM_DIR)
+    except OSError:
+        return 0, 0
+    return stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize
+
+
 def too_large_message(model: str, nbytes: int, capacity: int) -> str:
     """Why a request that can never fit fails: its size and what to change."""
     return (f"cannot allocate {nbytes} bytes of shared memory for the inputs of a request "
@@ -71,9 +82,13 @@ class ShmUpkeep:
         self._pool: Pool | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._relieved = 0.0
+        self._evict_waiting: Callable[[], int] = lambda: 0
 
-    def start(self, pool: Pool) -> None:
+    def start(self, pool: Pool, evict_waiting: Callable[[], int]) -> None:
+        """Keep `pool` trimmed; under pressure, `evict_waiting` moves what waiting
+        requests hold of /dev/shm out to process memory (InputPlacer.relieve)."""
         self._pool = pool
+        self._evict_waiting = evict_waiting
         pool.on_pressure = self.relieve
         self._timer = asyncio.get_running_loop().call_later(TRIM_INTERVAL_S, self._tick)
 
@@ -96,6 +111,9 @@ class ShmUpkeep:
         if self._pool is None or now - self._relieved < PRESSURE_INTERVAL_S:
             return False
         self._relieved = now
+        evicted = self._evict_waiting()
+        if evicted:
+            log.debug("moved %d bytes of waiting requests' inputs out of /dev/shm", evicted)
         self._forget(self._pool.trim(force=True), None)
         for instance in self._instances():
             instance.send_control(p.trim())

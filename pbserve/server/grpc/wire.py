@@ -13,11 +13,12 @@ wire format of repeated fields lets them follow the rest in any order.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
+from pbserve.backend.api import InputPlacer
 from pbserve.backend.types import InferResponse
 
 # A request this small is parsed whole: splitting it costs more than the copies it saves.
@@ -111,17 +112,6 @@ def parse_infer_request(body: Any) -> tuple[pb.ModelInferRequest, list[Any] | No
         else:
             return pb.ModelInferRequest.FromString(b"".join(header)), raw
     return pb.ModelInferRequest.FromString(body), None
-
-
-class InputPlacer(Protocol):
-    """Where a large request's raw input contents are gathered (the parent's shm pool:
-    backend/api.py `InputPlacer`)."""
-
-    def place(self, nbytes: int) -> tuple[memoryview, Any] | None:
-        """A writable buffer of `nbytes` and its handle, or None (gather in memory)."""
-
-    def drop(self, handle: Any) -> None:
-        """Give back a buffer `place` gave that no request took."""
 
 
 class SplitRequest:

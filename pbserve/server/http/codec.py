@@ -75,8 +75,11 @@ def parse_json(data: bytes | bytearray | memoryview, what: str) -> Any:
 
 
 def decode_infer_request(model: str, version: str, header: Any,
-                         binary: memoryview) -> tuple[InferRequest, OutputPlan]:
-    """The parsed JSON header and the binary section after it -> an InferRequest."""
+                         binary: memoryview | list[tuple[memoryview, Any]]
+                         ) -> tuple[InferRequest, OutputPlan]:
+    """The parsed JSON header and the binary section after it -> an InferRequest. The
+    section is one buffer, or the binary inputs already apart (a PlacedBody's
+    `inputs`: each a view and the placer's handle, which the tensor carries)."""
     if not isinstance(header, dict):
         raise invalid_arg("the inference request must be a JSON object")
     request = InferRequest(model_name=model, model_version=version)
@@ -100,8 +103,10 @@ def decode_infer_request(model: str, version: str, header: Any,
     return request, plan
 
 
-def _decode_input(model: str, item: Any, binary: memoryview,
+def _decode_input(model: str, item: Any, binary: memoryview | list[tuple[memoryview, Any]],
                   offset: int) -> tuple[TensorData, int]:
+    """The input `item` and where the next binary input starts in `binary` (a byte
+    offset in a buffer; an index in a list of inputs already apart)."""
     if not isinstance(item, dict):
         raise invalid_arg("Unable to parse 'inputs': each input must be a JSON object")
     name = item.get("name")
@@ -130,6 +135,10 @@ def _decode_input(model: str, item: Any, binary: memoryview,
         return TensorData(name, datatype, tuple(shape), data), offset
     if type(size) is not int or size < 0:
         raise invalid_arg(f"Unable to parse 'binary_data_size' of input '{name}'")
+    if type(binary) is list:  # placed_body.py read the same sizes off the same header
+        view, placed = binary[offset]
+        assert len(view) == size
+        return TensorData(name, datatype, tuple(shape), view, placed=placed), offset + 1
     end = offset + size
     if end > len(binary):
         raise invalid_arg(f"unexpected size for input '{name}', expecting "

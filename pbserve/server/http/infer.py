@@ -17,6 +17,7 @@ from pbserve.server import jsonio
 from pbserve.server import trace_context
 from pbserve.server.http.compression import compress, decompress_body, response_encoding
 from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit
+from pbserve.server.http.placed_body import PlacedBody
 from pbserve.server.http.messages import (
     CONTENT_BINARY,
     CONTENT_JSON,
@@ -57,7 +58,11 @@ async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
     if served.decoupled:
         raise ServerError(ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models "
                           "with decoupled transaction policy")
-    header, binary = split_body(request, max_input)
+    body = request.body
+    if type(body) is PlacedBody:  # gathered with its tensors in shm; the connection
+        header, binary = body.header, body.inputs  # gives back what no request took
+    else:
+        header, binary = split_body(request, max_input)
     infer_request, plan = codec.decode_infer_request(model, version, header, binary)
     infer_request.trace_headers = trace_context.from_http(request.headers)
     response = await served.infer(infer_request)

@@ -22,13 +22,17 @@ from collections.abc import Awaitable, Callable
 
 import httptools
 
+from pbserve.backend.api import InputPlacer
 from pbserve.server.http.connections import ConnectionSet
-from pbserve.server.http.limits import body_limit, too_large_message
+from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit, too_large_message
 from pbserve.server.http.messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
+from pbserve.server.http.placed_body import PLACE_MIN_BYTES, PlacedBody
 
 log = logging.getLogger("pbserve.http")
 
 Handler = Callable[[HttpRequest], Awaitable["HttpReply | HttpStreamReply"]]
+# Where a large infer body's tensors may be gathered (the core's `input_placer`).
+Placer = Callable[[], "InputPlacer | None"]
 
 # Replies up to this size are joined into one buffer (one write, one syscall); larger
 # ones are written buffer by buffer so that big tensors are not copied again.
@@ -133,11 +137,19 @@ class _CountedBody(_Body):
 _NO_BODY = _Body(0)  # never added to: between requests, and after a rejected one
 
 
+def _release(body: object) -> None:
+    """Give back the shm blocks of a placed body (a no-op for any other)."""
+    if type(body) is PlacedBody:
+        body.release()
+
+
 class HttpConnection(asyncio.Protocol):
     """Parses requests off the socket, hands each to `handler`, writes its reply."""
 
-    def __init__(self, handler: Handler, connections: ConnectionSet) -> None:
+    def __init__(self, handler: Handler, connections: ConnectionSet,
+                 placer: Placer | None = None) -> None:
         self._handler = handler
+        self._placer = placer
         self._connections = connections
         self._limits = limits = connections.limits
         self._max_input = limits.max_input_size
@@ -177,6 +189,10 @@ class HttpConnection(asyncio.Protocol):
         self.closed = True
         self._connections.discard(self)
         self._wake_drain()
+        _release(self._body)
+        self._body = _NO_BODY
+        for request, _ in self._pending:
+            _release(request.body)
         self._pending.clear()
         if self._task is not None:
             self._task.cancel()
@@ -239,9 +255,25 @@ class HttpConnection(asyncio.Protocol):
                 limit = body_limit(self._max_input, headers)
                 if size > limit:
                     raise _Rejected(413, too_large_message(size, limit))
-            self._body = _Body(size)
+            self._body = self._placed_body(size) or _Body(size)
         if headers.get(b"expect", b"").lower() == b"100-continue":
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _placed_body(self, size: int) -> PlacedBody | None:
+        """A large infer body, uncompressed, with a JSON header of its stated length,
+        is gathered with its tensors straight into shm (placed_body.py)."""
+        if size < PLACE_MIN_BYTES or self._placer is None:
+            return None
+        headers = self._headers
+        header_size = headers.get(JSON_LENGTH_HEADER)
+        if header_size is None or not header_size.isdigit() or b"content-encoding" in headers:
+            return None
+        header_size = int(header_size)
+        if not 0 < header_size < size or self._parser.get_method() != b"POST" \
+                or not self._url.partition(b"?")[0].endswith(b"/infer"):
+            return None
+        placer = self._placer()
+        return PlacedBody(size, header_size, placer) if placer is not None else None
 
     def on_body(self, chunk: bytes) -> None:
         self._body.add(chunk)
@@ -279,7 +311,10 @@ class HttpConnection(asyncio.Protocol):
             if self._reading_paused and len(self._pending) <= MAX_PENDING // 2:
                 self._reading_paused = False
                 self._transport.resume_reading()
-            reply = await self._call_handler(request)
+            try:
+                reply = await self._call_handler(request)
+            finally:
+                _release(request.body)  # the blocks of a placed body no request took
             if isinstance(reply, HttpStreamReply):
                 await self._send_stream(reply, keep_alive)
             else:
@@ -356,6 +391,7 @@ class HttpConnection(asyncio.Protocol):
         """A request we will not read on (unparsable, too large, too slow): what it
         buffered is dropped, and the connection answers it and closes. The answer goes
         out unless a reply is still ahead of it; then the connection closes at once."""
+        _release(self._body)
         self._body = _NO_BODY
         self._headers = {}
         if self._closing or self.closed:

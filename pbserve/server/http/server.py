@@ -20,7 +20,7 @@ from pbserve.backend.api import InferenceCore
 from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.messages import HttpReply, HttpRequest, method_not_allowed, not_found
-from pbserve.server.http.protocol import Handler, HttpConnection
+from pbserve.server.http.protocol import Handler, HttpConnection, Placer
 from pbserve.server.http.routes import Routes
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
@@ -64,8 +64,9 @@ class HttpServer:
 
 
 async def serve(handler: Handler, host: str, port: int, limits: HttpLimits = HttpLimits(),
-                tls: TlsConfig | None = None) -> HttpServer:
-    """Listen on host:port (HTTPS with `tls`) and answer every request with `handler`."""
+                tls: TlsConfig | None = None, placer: Placer | None = None) -> HttpServer:
+    """Listen on host:port (HTTPS with `tls`) and answer every request with `handler`;
+    `placer`: where large infer bodies gather their tensors (protocol.py)."""
     loop = asyncio.get_running_loop()
     connections = ConnectionSet(limits)
     tls_options = {}
@@ -73,7 +74,7 @@ async def serve(handler: Handler, host: str, port: int, limits: HttpLimits = Htt
         tls_options["ssl"] = tls.ssl_context()
         if limits.header_timeout_s:
             tls_options["ssl_handshake_timeout"] = limits.header_timeout_s
-    server = await loop.create_server(lambda: HttpConnection(handler, connections),
+    server = await loop.create_server(lambda: HttpConnection(handler, connections, placer),
                                       host, port, reuse_address=True, backlog=1024,
                                       **tls_options)
     connections.start()
@@ -88,7 +89,8 @@ async def start_http_server(core: InferenceCore, host: str, port: int,
                             restricted: dict[str, Restriction] | None = None) -> HttpServer:
     """The KServe v2 HTTP/REST endpoint (Triton's --http-port); `restricted`: the groups
     --http-restricted-api closes (restrictions.py)."""
-    return await serve(Routes(core, limits, restricted), host, port, limits, tls)
+    return await serve(Routes(core, limits, restricted), host, port, limits, tls,
+                       core.input_placer)
 
 
 async def start_metrics_server(core: InferenceCore, host: str, port: int,
