@@ -39,8 +39,9 @@ class Flood(threading.Thread):
     """REQUESTS sleepy(10 ms) requests on one ModelStreamInfer stream, as fast as the
     socket takes them; reads nothing back."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, id_bytes: int = 0) -> None:
         super().__init__(daemon=True)
+        self.id_bytes = id_bytes  # each request's id: past 4 KiB, zttp is bypassed
         self.client = RawClient(url, rcvbuf=4096)
         self.client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
         self.client.ready()
@@ -50,7 +51,8 @@ class Flood(threading.Thread):
         self.error: OSError | None = None
 
     def run(self) -> None:
-        frame = DataFrame(self.stream, data=grpc_message(sleepy_request(10))).serialize()
+        message = sleepy_request(10, "x" * self.id_bytes)
+        frame = DataFrame(self.stream, data=grpc_message(message)).serialize()
         chunk = frame * PER_CHUNK
         self.client.sock.settimeout(60)
         try:
@@ -77,15 +79,18 @@ def server(tmp_path_factory):
         yield srv
 
 
-@pytest.mark.parametrize("floods, bound", [(1, PER_CONNECTION), (3, PER_SERVER)])
-def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, bound):
+@pytest.mark.parametrize("floods, bound, id_bytes", [
+    (1, PER_CONNECTION, 0), (3, PER_SERVER, 0),
+    (1, PER_CONNECTION, 8000)])  # frames of 8 KiB: their payloads go past zttp
+def test_a_stream_faster_than_its_model_is_held_by_flow_control(server, floods, bound,
+                                                                 id_bytes):
     """One flood: held at the connection's bound; three: at the server's (less than
     three connections' worth)."""
     srv = server
     wait_for(lambda: pending(srv) == 0, "the last test's requests to end")
     infer_once(srv.grpc_url)
     before = rss_kib(srv.pid)
-    threads = [Flood(srv.grpc_url) for _ in range(floods)]
+    threads = [Flood(srv.grpc_url, id_bytes) for _ in range(floods)]
     for thread in threads:
         thread.start()
     try:

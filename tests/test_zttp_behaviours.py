@@ -1,7 +1,7 @@
 """What pbserve's gRPC transport relies on in zttp and zttp does not document
-(window.py). zttp is an alpha release, pinned in pyproject.toml; if a release changes
-one of these, its test fails naming the behaviour, and window.py needs another way to
-offer its larger receive window."""
+(window.py, frames.py). zttp is an alpha release, pinned in pyproject.toml; if a release
+changes one of these, its test fails naming the behaviour, and window.py needs another
+way to offer its larger receive window (frames.py, another way to take large payloads)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,22 @@ def test_zttp_credits_the_data_it_reads_at_once():
     for stream in (0, 1):
         assert 0 <= sent - credit.get(stream, 0) <= _DEFAULT_WINDOW // 2, \
             f"zttp no longer credits the DATA it reads at once: {credit} of {sent} bytes"
+
+
+def test_zttp_takes_an_empty_data_frame_silently_and_ends_its_stream_on_it():
+    """Behaviour 3 (frames.py DataSplitter hands zttp large DATA frames emptied): an
+    empty DATA frame makes no event, no credit and no error, and one with END_STREAM
+    ends its message."""
+    server = a_server()
+    server.receive_data(request_headers(1))
+    events(server)
+    server.data_to_send()
+    server.receive_data(DataFrame(1, data=b"").serialize() * 100)
+    assert events(server) == [], "zttp makes events of empty DATA frames"
+    assert server.data_to_send() == b"", "zttp answers empty DATA frames"
+    server.receive_data(DataFrame(1, data=b"", flags=["END_STREAM"]).serialize())
+    assert [type(e) for e in events(server)] == [zttp.EndOfMessage], \
+        "zttp no longer ends a message on an empty DATA frame with END_STREAM"
 
 
 def test_zttp_ignores_the_ack_of_a_second_settings():

@@ -100,7 +100,7 @@ class Deframer:
             length = int.from_bytes(data[1:5], "big")
             if len(data) == PREFIX_BYTES + length and data[0] == 0 and length <= self.limit \
                     and (self._gatherer is None or length < GATHER_MIN_BYTES):
-                return [data[PREFIX_BYTES:]]  # the common case: one whole message
+                return [bytes(data[PREFIX_BYTES:])]  # the common case: one whole message
         messages: list[Any] = []
         view = memoryview(data)
         pos, size = 0, len(data)

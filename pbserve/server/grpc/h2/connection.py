@@ -9,6 +9,7 @@ loop, and writes what zttp has to send. A client that resets a stream cancels it
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from pbserve.server.grpc.h2.call import (
     request_stream,
     status_trailers,
 )
+from pbserve.server.grpc.h2.frames import DataSplitter, empty_data, window_update
 from pbserve.server.grpc.h2.guard import ENHANCE_YOUR_CALM, Guard
 from pbserve.server.grpc.h2.window import window_frames
 from pbserve.server.grpc.wire import ResponseParts
@@ -119,6 +121,13 @@ class GrpcConnection(asyncio.Protocol):
         self._guard = Guard(server.limits, time.monotonic())  # keeps the order of opening
         self._reading_paused = False  # back-pressure: events are left in zttp
         self._processing = False  # within _process
+        # Large DATA payloads go past zttp (frames.py DataSplitter): the pieces of a read
+        # that back-pressure held back, and the credit owed for the payloads taken.
+        self._splitter = DataSplitter()
+        self._held: collections.deque[tuple] = collections.deque()
+        self._taking = False  # within _take
+        self._fed = False  # zttp was given bytes whose events are not taken yet
+        self._credit: dict[int, int] = {}  # by stream; 0: the connection
         self.transport: asyncio.Transport | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -172,8 +181,9 @@ class GrpcConnection(asyncio.Protocol):
             return
         self._reading_paused = False
         self._restart_read_clocks()
-        if not self._processing:
+        if not self._processing and not self._taking:
             self._process()
+            self._take([])
         if not self._reading_paused and not self.transport.is_closing():
             self.transport.resume_reading()
 
@@ -196,17 +206,93 @@ class GrpcConnection(asyncio.Protocol):
         if self._shut:
             return  # refused, or closing: nothing more is taken
         self._guard.read(data, self._server.connections.now)
-        try:
+        pieces = self._splitter.split(data)
+        if pieces is not None or self._held:
+            self._take(pieces if pieces is not None else [("zttp", data)])
+            return
+        try:  # every byte zttp's (the common case)
             self._conn.receive_data(data)
         except zttp.ProtocolError as exc:
             self._failed(exc)
             return
         self._process()
 
+    def _take(self, pieces: list[tuple]) -> None:
+        """Hand a read's pieces on in order, after any held back: zttp's to zttp, a large
+        DATA payload to its call once the events of every byte before it are taken.
+        What back-pressure stops stays held until reading resumes."""
+        held = self._held
+        held.extend(pieces)
+        if self._taking:
+            return  # (resumed from within): the loop below goes on with them
+        self._taking = True
+        try:
+            while True:
+                while held and not self._reading_paused and not self._shut:
+                    piece = held.popleft()
+                    if piece[0] == "zttp":
+                        if not self._feed(piece[1]):
+                            return
+                        continue
+                    if self._fed:
+                        self._process()
+                        if self._reading_paused:
+                            held.appendleft(piece)
+                            break
+                    if not self._take_payload(*piece[1:]):
+                        return
+                if self._fed and not self._reading_paused and not self._shut:
+                    self._process()
+                if not held or self._reading_paused or self._shut:
+                    break
+        finally:
+            self._taking = False
+            if self._shut:
+                held.clear()
+        self._send_credit()
+
+    def _take_payload(self, stream_id: int, payload: memoryview, flags: int,
+                      done: bool) -> bool:
+        """A large DATA payload taken past zttp: to its call, and credited; False when
+        the connection failed."""
+        call = self._calls.get(stream_id)
+        live = call is not None and not call.done and not call.half_closed
+        if live:
+            self._on_data(call, payload)
+        credit = self._credit
+        credit[0] = credit.get(0, 0) + len(payload)
+        end_stream = flags & 0x1
+        if live and not end_stream:
+            credit[stream_id] = credit.get(stream_id, 0) + len(payload)
+        # zttp sees the frame, emptied, where its stream's state changes (END_STREAM) or
+        # where it must judge the frame (a stream it does not serve); else it is skipped
+        if done and (end_stream or not live):
+            return self._feed(empty_data(stream_id, flags))
+        return True
+
+    def _feed(self, data: bytes) -> bool:
+        """Bytes to zttp; False when they failed the connection."""
+        try:
+            self._conn.receive_data(data)
+        except zttp.ProtocolError as exc:
+            self._failed(exc)
+            return False
+        self._fed = True
+        return True
+
+    def _send_credit(self) -> None:
+        """WINDOW_UPDATEs for the DATA payloads taken past zttp."""
+        if not self._credit or self.transport is None or self.transport.is_closing():
+            return
+        credit, self._credit = self._credit, {}
+        self.transport.write(b"".join(window_update(stream_id, n)
+                                      for stream_id, n in credit.items() if n))
+
     def _process(self) -> None:
         """Act on zttp's events until it needs data, or back-pressure pauses reading."""
         conn = self._conn
         self._processing = True
+        self._fed = False
         try:
             while not self._reading_paused:
                 event = conn.next_event()
