@@ -28,6 +28,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from fake_handle import FakeHandle
+from fake_placer import FakePlacer
 from client_inputs import grpc_input as g_in
 from pbserve.backend.shared_memory import SharedMemoryManager
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
@@ -45,21 +46,6 @@ def to_bytes_layout(items: list[bytes]) -> bytes:
 
 
 # --- the fake core ---------------------------------------------------------------------
-
-class CountingPlacer:
-    """An InputPlacer in memory: what it placed, what came back (nothing takes them)."""
-
-    def __init__(self) -> None:
-        self.placed = 0
-        self.dropped = 0
-
-    def place(self, nbytes: int) -> tuple[memoryview, object]:
-        self.placed += 1
-        return memoryview(bytearray(nbytes)), object()
-
-    def drop(self, handle: object) -> None:
-        self.dropped += 1
-
 
 class FakeCore:
     """Models: identity (IN_x -> OUT_x, any dtype), params (echoes the decoded request),
@@ -81,10 +67,10 @@ class FakeCore:
         self.endless_closed = threading.Event()
         self.endless_started = threading.Event()
         self.shared_memory = SharedMemoryManager(RegionMap(), lambda token: None)
-        self.placer = CountingPlacer()
+        self.placer = FakePlacer()
 
     # where the h2 transport gathers large requests' tensors: memory, counted
-    def input_placer(self) -> "CountingPlacer":
+    def input_placer(self) -> "FakePlacer":
         return self.placer
 
     # health, metadata, repository
@@ -341,7 +327,8 @@ def test_every_dtype_round_trips_bit_exact_through_raw_contents(client, core):
 def test_large_inputs_are_split_off_the_message_and_round_trip(client, server):
     """Requests of SPLIT_MIN_BYTES and more have their raw contents read as slices of the
     received bytes (pbserve/server/grpc/wire.py): every field around them still counts, wherever it is."""
-    placed_before, dropped_before = server.core.placer.placed, server.core.placer.dropped
+    placed_before = len(server.core.placer.placed)
+    dropped_before = len(server.core.placer.dropped)
     big = np.arange(SPLIT_MIN_BYTES // 4 + 3, dtype=np.int32).reshape(1, -1)
     other = np.linspace(0, 1, 20000, dtype=np.float64).reshape(1, -1)
     small = np.array([[7, 8, 9]], np.uint8)
@@ -367,7 +354,7 @@ def test_large_inputs_are_split_off_the_message_and_round_trip(client, server):
     assert reply.id == "split-2" and reply.raw_output_contents[0] == big.tobytes()
     placer = server.core.placer
     if server.transport == "zttp":  # gathered field by field, each placed buffer given back
-        assert (placer.placed - placed_before, placer.dropped - dropped_before) == (4, 4)
+        assert (len(placer.placed) - placed_before, len(placer.dropped) - dropped_before) == (4, 4)
     assert [(o.name, o.datatype, list(o.shape)) for o in reply.outputs] == [
         ("OUT_big", "INT32", list(big.shape))]
 

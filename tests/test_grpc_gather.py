@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from client_inputs import grpc_input
+from fake_placer import FakePlacer
 from pbserve.backend.input_placer import InputPlacer
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.types import InferRequest, TensorData
@@ -25,25 +26,6 @@ from pbserve.testing import load_models, running_server
 from shm import Pool, new_prefix
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
-
-
-class FakePlacer:
-    """Buffers in memory; records what it placed and what came back."""
-
-    def __init__(self, decline: bool = False) -> None:
-        self.decline = decline
-        self.placed: list[int] = []
-        self.dropped: list[object] = []
-
-    def place(self, nbytes: int):
-        if self.decline:
-            return None
-        self.placed.append(nbytes)
-        handle = object()
-        return memoryview(bytearray(nbytes)), handle
-
-    def drop(self, handle) -> None:
-        self.dropped.append(handle)
 
 
 def big_request() -> tuple[pb.ModelInferRequest, list[bytes]]:

@@ -25,6 +25,7 @@ import tritonclient.http as httpclient
 import uvloop
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from fake_placer import FakePlacer
 from pbserve.backend.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server import jsonio
@@ -45,21 +46,6 @@ def to_bytes_layout(items: list[bytes]) -> bytes:
 
 # --- the fake core ---------------------------------------------------------------------
 
-class CountingPlacer:
-    """An InputPlacer in memory: what it placed, what came back (nothing takes them)."""
-
-    def __init__(self) -> None:
-        self.placed = 0
-        self.dropped = 0
-
-    def place(self, nbytes: int) -> tuple[memoryview, object]:
-        self.placed += 1
-        return memoryview(bytearray(nbytes)), object()
-
-    def drop(self, handle: object) -> None:
-        self.dropped += 1
-
-
 class FakeCore:
     """Models: add_sub (FP32 [4]), identity (IN* -> OUT*, any dtype), error_model,
     params (echoes what the frontend decoded), repeat (decoupled), fp16_out, text
@@ -77,10 +63,10 @@ class FakeCore:
         self.unloads: list[tuple] = []
         self.unloaded: set[str] = set()
         self.last_request: InferRequest | None = None
-        self.placer = CountingPlacer()
+        self.placer = FakePlacer()
 
     # where the connection gathers large infer bodies' tensors: memory, counted
-    def input_placer(self) -> "CountingPlacer":
+    def input_placer(self) -> "FakePlacer":
         return self.placer
 
     # health and metadata
@@ -669,9 +655,9 @@ def placer_settled(core: FakeCore) -> bool:
     """Whether everything placed came back (the connection gives back what no request
     took; the fake core takes nothing), waiting a little for the server's thread."""
     deadline = time.monotonic() + 2
-    while core.placer.dropped != core.placer.placed and time.monotonic() < deadline:
+    while len(core.placer.dropped) != len(core.placer.placed) and time.monotonic() < deadline:
         time.sleep(0.005)
-    return core.placer.dropped == core.placer.placed
+    return len(core.placer.dropped) == len(core.placer.placed)
 
 
 def large_infer_head(model: str, body_size: int, header_size: int) -> bytes:
@@ -683,14 +669,14 @@ def large_infer_head(model: str, body_size: int, header_size: int) -> bytes:
 def test_a_large_binary_request_is_decoded_from_its_placed_inputs(client, core):
     big = np.arange(70_000, dtype=np.int32)
     small = np.array([7, 8, 9], dtype=np.int32)
-    placed = core.placer.placed
+    placed = len(core.placer.placed)
     result = client.infer("identity", [h_in("IN_A", big), h_in("IN_B", small),
                                        h_in("IN_J", small, binary=False)])
     assert np.array_equal(result.as_numpy("OUT_A"), big)
     assert np.array_equal(result.as_numpy("OUT_B"), small)
     assert np.array_equal(result.as_numpy("OUT_J"), small)
     assert [t.placed is not None for t in core.last_request.inputs] == [True, True, False]
-    assert core.placer.placed - placed == 2
+    assert len(core.placer.placed) - placed == 2
     assert placer_settled(core)
 
 
@@ -700,7 +686,7 @@ def test_a_large_body_the_placer_does_not_gather_is_read_as_before(server, core)
     data = list(range(20_000))
     json_body, _ = infer_body([{"name": "IN_X", "datatype": "INT32", "shape": [20_000],
                                 "data": data}])
-    placed = core.placer.placed
+    placed = len(core.placer.placed)
     status, _, reply = raw(server, "POST", "/v2/models/identity/infer", json_body)
     assert status == 200 and json.loads(reply)["outputs"][0]["data"] == data
     big = np.arange(70_000, dtype=np.int32)
@@ -709,10 +695,10 @@ def test_a_large_body_the_placer_does_not_gather_is_read_as_before(server, core)
                                big.tobytes())
     status, _, reply = raw(server, "POST", "/v2/models/identity/generate", body, headers)
     assert status == 400  # the generate endpoint's own error, from the whole body
-    assert core.placer.placed == placed
+    assert len(core.placer.placed) == placed
     status, _, reply = raw(server, "POST", "/v2/models/no_such/infer", body, headers)
     assert status == 404 and b"no_such" in reply
-    assert core.placer.placed == placed + 1 and placer_settled(core)
+    assert len(core.placer.placed) == placed + 1 and placer_settled(core)
 
 
 def test_a_client_gone_halfway_through_a_large_body_leaves_nothing_placed(server, core):
@@ -722,14 +708,14 @@ def test_a_client_gone_halfway_through_a_large_body_leaves_nothing_placed(server
         {"name": "IN_B", "datatype": "UINT8", "shape": [1 << 20],
          "parameters": {"binary_data_size": 1 << 20}}]}).encode()
     size = len(header) + (2 << 20)
-    placed = core.placer.placed
+    placed = len(core.placer.placed)
     with socket.create_connection(("127.0.0.1", server.http.port), timeout=10) as sock:
         sock.sendall(large_infer_head("identity", size, len(header)) + header +
                      bytes(1 << 19))
         deadline = time.monotonic() + 2
-        while core.placer.placed == placed and time.monotonic() < deadline:
+        while len(core.placer.placed) == placed and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert core.placer.placed == placed + 1  # IN_A's block; IN_B's bytes never came
+        assert len(core.placer.placed) == placed + 1  # IN_A's block; IN_B's bytes never came
     assert placer_settled(core)
     # and two whole requests pipelined by a client that leaves without reading
     body = header + bytes(2 << 20)

@@ -13,6 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from fake_placer import FakePlacer
 from pbserve.backend.input_placer import InputPlacer
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.errors import ServerError
@@ -22,24 +23,6 @@ from pbserve.testing import running_server
 from shm import Pool, new_prefix
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "models" / "examples"
-
-
-class FakePlacer:
-    """Buffers in memory; records what it placed and what came back."""
-
-    def __init__(self, decline: bool = False) -> None:
-        self.decline = decline
-        self.placed: list[int] = []
-        self.dropped: list[object] = []
-
-    def place(self, nbytes: int):
-        if self.decline:
-            return None
-        self.placed.append(nbytes)
-        return memoryview(bytearray(nbytes)), object()
-
-    def drop(self, handle) -> None:
-        self.dropped.append(handle)
 
 
 def binary_input(name: str, data: bytes) -> dict:

@@ -282,7 +282,8 @@ class GrpcConnection(asyncio.Protocol):
 
     def _send_credit(self) -> None:
         """WINDOW_UPDATEs for the DATA payloads taken past zttp."""
-        if not self._credit or self.transport is None or self.transport.is_closing():
+        if not self._credit or self._shut or self.transport is None \
+                or self.transport.is_closing():
             return
         credit, self._credit = self._credit, {}
         self.transport.write(b"".join(window_update(stream_id, n)
