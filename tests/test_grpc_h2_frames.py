@@ -1,5 +1,6 @@
-"""The gRPC server's frame splitter (grpc/h2/frames.py DataSplitter): large DATA payloads
-taken past zttp, every other byte handed to zttp in wire order, whatever the reads."""
+"""The gRPC server's frame scanner (grpc/h2/frames.py FrameScanner) as it splits reads:
+large DATA payloads taken past zttp, every other byte handed to zttp in wire order,
+whatever the reads."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import pytest
 
 from pbserve.server.grpc.h2.frames import (
-    BYPASS_MIN_BYTES, DataSplitter, empty_data, window_update)
+    BYPASS_MIN_BYTES, FrameScanner, empty_data, window_update)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 BIG = bytes(range(256)) * 40  # 10 KiB
@@ -35,11 +36,11 @@ WIRE = PREFACE + b"".join(FRAMES)
 def replay(cuts: list[int]) -> tuple[bytes, dict[int, bytes], list[tuple[int, int]]]:
     """What zttp would read (the emptied frames placed where the server feeds them),
     the payloads taken past it by stream, and the frames ended (stream, flags)."""
-    splitter = DataSplitter()
+    scanner = FrameScanner()
     zttp, taken, ended, last = b"", {}, [], 0
     for cut in [*cuts, len(WIRE)]:
         read = WIRE[last:cut]
-        pieces = splitter.split(read)
+        pieces = scanner.feed(read)
         for piece in pieces if pieces is not None else [("zttp", read)]:
             if piece[0] == "zttp":
                 zttp += piece[1]
@@ -65,9 +66,9 @@ def test_reads_cut_anywhere_split_the_same(seed):
 
 
 def test_a_read_of_small_frames_is_zttps_whole():
-    splitter = DataSplitter()
-    assert splitter.split(PREFACE + b"".join(FRAMES[:3])) is None
-    assert splitter.split(FRAMES[5]) is None
+    scanner = FrameScanner()
+    assert scanner.feed(PREFACE + b"".join(FRAMES[:3])) is None
+    assert scanner.feed(FRAMES[5]) is None
 
 
 def test_the_frames_the_server_writes():

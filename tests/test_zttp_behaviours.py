@@ -80,7 +80,7 @@ def test_zttp_credits_the_data_it_reads_at_once():
 
 
 def test_zttp_takes_an_empty_data_frame_silently_and_ends_its_stream_on_it():
-    """Behaviour 3 (frames.py DataSplitter hands zttp large DATA frames emptied): an
+    """Behaviour 3 (frames.py FrameScanner hands zttp large DATA frames emptied): an
     empty DATA frame makes no event, no credit and no error, and one with END_STREAM
     ends its message."""
     server = a_server()

@@ -31,7 +31,7 @@ from pbserve.server.grpc.h2.call import (
     request_stream,
     status_trailers,
 )
-from pbserve.server.grpc.h2.frames import DataSplitter, empty_data, window_update
+from pbserve.server.grpc.h2.frames import END_STREAM, empty_data, window_update
 from pbserve.server.grpc.h2.guard import ENHANCE_YOUR_CALM, Guard
 from pbserve.server.grpc.h2.window import window_frames
 from pbserve.server.grpc.wire import ResponseParts
@@ -121,9 +121,8 @@ class GrpcConnection(asyncio.Protocol):
         self._guard = Guard(server.limits, time.monotonic())  # keeps the order of opening
         self._reading_paused = False  # back-pressure: events are left in zttp
         self._processing = False  # within _process
-        # Large DATA payloads go past zttp (frames.py DataSplitter): the pieces of a read
+        # Large DATA payloads go past zttp (frames.py FrameScanner): the pieces of a read
         # that back-pressure held back, and the credit owed for the payloads taken.
-        self._splitter = DataSplitter()
         self._held: collections.deque[tuple] = collections.deque()
         self._taking = False  # within _take
         self._fed = False  # zttp was given bytes whose events are not taken yet
@@ -205,8 +204,7 @@ class GrpcConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._shut:
             return  # refused, or closing: nothing more is taken
-        self._guard.read(data, self._server.connections.now)
-        pieces = self._splitter.split(data)
+        pieces = self._guard.read(data, self._server.connections.now)
         if pieces is not None or self._held:
             self._take(pieces if pieces is not None else [("zttp", data)])
             return
@@ -261,7 +259,7 @@ class GrpcConnection(asyncio.Protocol):
             self._on_data(call, payload)
         credit = self._credit
         credit[0] = credit.get(0, 0) + len(payload)
-        end_stream = flags & 0x1
+        end_stream = flags & END_STREAM
         if live and not end_stream:
             credit[stream_id] = credit.get(stream_id, 0) + len(payload)
         # zttp sees the frame, emptied, where its stream's state changes (END_STREAM) or

@@ -1,26 +1,45 @@
-"""Where a client's HTTP/2 byte stream stands, for the timeouts zttp cannot see: within
-a frame (a frame header or payload not whole yet), within a header block (HEADERS
-without END_HEADERS, until the CONTINUATION that ends it). zttp buffers both silently;
-this reads only the 9-byte frame headers, a few per call.
+"""The frames of a client's HTTP/2 byte stream, read at their 9-byte headers, for what
+zttp does not do or does slowly (FrameScanner):
+
+- the timeouts zttp cannot see: whether the stream stands within a frame (a frame header
+  or payload not whole yet), or within a header block (HEADERS without END_HEADERS,
+  until the CONTINUATION that ends it). zttp buffers both silently.
+- large DATA payloads, taken past zttp. zttp copies what it reads several times over
+  (about 10 ms of a 16 MiB request on this VM) and takes frames of at most 16 KiB, so a
+  large message is a thousand frames of it; an empty DATA frame costs it next to nothing.
 """
 
 from __future__ import annotations
 
 PREFACE_BYTES = 24  # b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" (RFC 9113 3.4)
 _HEADER_BYTES = 9
-_HEADERS, _PUSH_PROMISE, _CONTINUATION = 0x1, 0x5, 0x9
-_END_HEADERS = 0x4
+_DATA, _HEADERS, _PUSH_PROMISE, _WINDOW_UPDATE, _CONTINUATION = 0x0, 0x1, 0x5, 0x8, 0x9
+END_STREAM, _END_HEADERS, _PADDED = 0x1, 0x4, 0x8
+# A DATA frame at least this long has its payload taken past zttp.
+BYPASS_MIN_BYTES = 4096
 
 
 class FrameScanner:
-    """Frame boundaries of the bytes a server reads (after the client's preface)."""
+    """Frame boundaries of the bytes a server reads (after the client's preface).
 
-    __slots__ = ("_preface", "_head", "_left", "in_header_block")
+    `feed` passes every frame to zttp as it came (("zttp", bytes) pieces, in wire
+    order), except the payload of an unpadded DATA frame of BYPASS_MIN_BYTES or more: it
+    comes out as ("data", stream_id, view, flags, done) pieces (`done`: the frame's last
+    piece), for the server to deliver and to credit itself (zttp credits only what it
+    reads). A frame header split between two reads is held back until it is whole. A
+    read that is zttp's whole (small frames: the common case) gives None.
+    """
+
+    __slots__ = ("_preface", "_head", "_left", "_bypass", "_stream", "_flags",
+                 "in_header_block")
 
     def __init__(self) -> None:
         self._preface = PREFACE_BYTES  # preface bytes still to come
         self._head = b""  # a frame header not whole yet
         self._left = 0  # payload bytes of the current frame still to come
+        self._bypass = False  # the current frame's payload goes past zttp
+        self._stream = 0  # ... on this stream
+        self._flags = 0  # ... with these flags
         self.in_header_block = False
 
     @property
@@ -28,75 +47,7 @@ class FrameScanner:
         """A frame (or the preface) has begun and is not whole."""
         return bool(self._head) or self._left > 0 or 0 < self._preface < PREFACE_BYTES
 
-    def feed(self, data: bytes) -> None:
-        pos, size = 0, len(data)
-        if self._preface:
-            pos = min(self._preface, size)
-            self._preface -= pos
-        left = self._left
-        if self._head:  # a frame header begun in an earlier read
-            take = min(_HEADER_BYTES - len(self._head), size - pos)
-            head = self._head = self._head + data[pos:pos + take]
-            pos += take
-            if len(head) < _HEADER_BYTES:
-                return
-            self._header(head[3], head[4])
-            left = (head[0] << 16) | (head[1] << 8) | head[2]
-            self._head = b""
-        while True:
-            if left:
-                take = min(left, size - pos)
-                left -= take
-                pos += take
-            if pos >= size:
-                break
-            if size - pos < _HEADER_BYTES:
-                self._head = data[pos:]
-                break
-            kind = data[pos + 3]
-            if kind == _HEADERS or kind == _CONTINUATION or kind == _PUSH_PROMISE:
-                self.in_header_block = not data[pos + 4] & _END_HEADERS
-            left = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
-            pos += _HEADER_BYTES
-        self._left = left
-
-    def _header(self, kind: int, flags: int) -> None:
-        if kind == _HEADERS or kind == _CONTINUATION or kind == _PUSH_PROMISE:
-            self.in_header_block = not flags & _END_HEADERS
-
-
-
-_DATA, _WINDOW_UPDATE = 0x0, 0x8
-_END_STREAM, _PADDED = 0x1, 0x8
-# A DATA frame at least this long has its payload taken past zttp (DataSplitter).
-BYPASS_MIN_BYTES = 4096
-
-
-class DataSplitter:
-    """The client's bytes, split for a server that takes large DATA payloads itself.
-
-    zttp copies what it reads several times over (about 10 ms of a 16 MiB request on
-    this VM) and takes frames of at most 16 KiB, so a large message is a thousand frames
-    of it; an empty DATA frame costs it next to nothing. So `split` passes every frame
-    to zttp as it came (("zttp", bytes) pieces, in wire order), except the payload of an
-    unpadded DATA frame of BYPASS_MIN_BYTES or more: it comes out as ("data", stream_id,
-    view, flags, done) pieces (`done`: the frame's last piece), for the server to deliver
-    and to credit itself (zttp credits only what it reads). A frame header split between
-    two reads is held back until it is whole. A read that is zttp's whole (small frames:
-    the common case) splits to None.
-    """
-
-    __slots__ = ("_preface", "_head", "_left", "_bypass", "_stream", "_flags")
-
-    def __init__(self) -> None:
-        self._preface = PREFACE_BYTES
-        self._head = b""  # a frame header not whole yet
-        self._left = 0  # payload bytes of the current frame still to come
-        self._bypass = False  # the current frame's payload goes past zttp
-        self._stream = 0
-        self._flags = 0
-
-    def split(self, data: bytes) -> list[tuple] | None:
+    def feed(self, data: bytes) -> list[tuple] | None:
         out: list[tuple] = []
         size = len(data)
         pos = start = 0  # start: where the zttp bytes not yet handed out begin
@@ -143,17 +94,20 @@ class DataSplitter:
     def _frame(self, head: bytes) -> bool:
         """A frame begins: whether its payload goes past zttp."""
         self._left = length = (head[0] << 16) | (head[1] << 8) | head[2]
-        if head[3] != _DATA or length < BYPASS_MIN_BYTES or head[4] & _PADDED:
+        kind, flags = head[3], head[4]
+        if kind == _HEADERS or kind == _CONTINUATION or kind == _PUSH_PROMISE:
+            self.in_header_block = not flags & _END_HEADERS
+        if kind != _DATA or length < BYPASS_MIN_BYTES or flags & _PADDED:
             return False
         self._bypass = True
         self._stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
-        self._flags = head[4]
+        self._flags = flags
         return True
 
 
 def empty_data(stream: int, flags: int) -> bytes:
     """A DATA frame with no payload on `stream`, with `flags`' END_STREAM."""
-    return b"\x00\x00\x00\x00" + bytes((flags & _END_STREAM,)) + stream.to_bytes(4, "big")
+    return b"\x00\x00\x00\x00" + bytes((flags & END_STREAM,)) + stream.to_bytes(4, "big")
 
 
 def window_update(stream: int, increment: int) -> bytes:

@@ -32,13 +32,15 @@ class Guard:
         self.waiting_since: float | None = None  # output the client does not take
         self.backlog = 0  # control frames answered while the send buffer was full
 
-    def read(self, data: bytes, now: float) -> None:
+    def read(self, data: bytes, now: float) -> list[tuple] | None:
+        """A read at `now`; its pieces for the connection (FrameScanner.feed)."""
         scanner = self.scanner
         opened = scanner.in_header_block
-        scanner.feed(data)
+        pieces = scanner.feed(data)
         if scanner.in_header_block and not opened:
             self.header_at = now
         self.read_at = now
+        return pieces
 
     def control_frame(self, send_buffer_full: bool) -> bool:
         """A PING or SETTINGS zttp answers; True: too many while the client reads
