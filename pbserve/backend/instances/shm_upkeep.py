@@ -44,15 +44,12 @@ SIZE_OPTIONS = ("--backend-config=python,shm-default-byte-size=N and "
 
 def shm_capacity() -> int:
     """The size of /dev/shm in bytes (0 if unknown)."""
-    try:
-        stat = os.statvfs(SHM_DIR)
-    except OSError:
-        return 0
-    return stat.f_blocks * stat.f_frsize
+    return shm_room()[1]
 
 
 def shm_room() -> tuple[int, int]:
-    """The free and total bytes of /dev/shm (free as any process may allocate them)."""
+    """The free and total bytes of /dev/shm (free as any process may allocate them;
+    both 0 if unknown)."""
     try:
         stat = os.statvfs(SHM_DIR)
     except OSError:
