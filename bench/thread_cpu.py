@@ -114,6 +114,10 @@ def main() -> None:
     threads = collections.Counter((tid, comm) for tid, comm, _, _ in rows)
     for (tid, comm), n in threads.most_common(12):
         print(f"  {n * us:7.1f}  {comm} {tid}")
+    print("by process (us per request)")
+    procs = collections.Counter((tid.split("/")[0], comm) for tid, comm, _, _ in rows)
+    for (pid, comm), n in procs.most_common(8):
+        print(f"  {n * us:7.1f}  {comm} {pid}")
     busiest = next(t for (t, c), _ in threads.most_common() if c not in ("swapper",)
                    and not c.startswith(("perf_analyzer", "event_engine")))
     mine = [(dso, sym) for tid, _, dso, sym in rows if tid == busiest]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,12 @@ from pbserve.backend.config.model_config import (
     read_model_config,
 )
 from pbserve.backend.types import InferRequest, TensorData
-from pbserve.backend.validation import RequestValidator, batch_size, validate_request
+from pbserve.backend.validation import (
+    PASSED_MAX,
+    RequestValidator,
+    batch_size,
+    validate_request,
+)
 from pbserve.errors import ErrorCode, ServerError
 
 CONFORMANCE_MODELS = Path("/work/shared/conformance/models")
@@ -271,12 +275,51 @@ def test_batch_size_is_the_first_inputs_leading_dim() -> None:
     assert batch_size(ADD_SUB, add_sub_request(*GOOD)) == 0
 
 
-def test_validation_of_a_small_request_is_fast() -> None:
-    v = RequestValidator(ADD_SUB)
-    req = add_sub_request(*GOOD, id="x")
-    n = 20_000
-    start = time.perf_counter()
-    for _ in range(n):
-        v.validate(req)
-    per_call = (time.perf_counter() - start) / n
-    assert per_call < 50e-6, f"{per_call * 1e6:.1f} us per request"
+def test_a_request_like_one_that_passed_passes_and_other_ones_are_still_checked() -> None:
+    v = RequestValidator(BATCHED)
+    a = tensor("A", np.zeros((3, 2), np.int32))
+    assert v.validate(InferRequest("batched", inputs=[a])) == 3
+    assert v.validate(InferRequest("batched", inputs=[a])) == 3  # remembered
+    short = TensorData("A", "INT32", (3, 2), bytes(20))  # same shape, fewer bytes
+    assert "Expected 24, got 20" in error_of(v, InferRequest("batched", inputs=[short])).message
+    wide = tensor("A", np.zeros((3, 3), np.int32))
+    assert "unexpected shape for input 'A'" in \
+        error_of(v, InferRequest("batched", inputs=[wide])).message
+    asked = InferRequest("batched", inputs=[a], requested_outputs=["NOPE"])
+    assert error_of(v, asked).message == \
+        "unexpected inference output 'NOPE' for model 'batched'"
+    listed = InferRequest("batched", inputs=[TensorData("A", "INT32", [3, 2], bytes(24))])
+    assert v.validate(listed) == 3  # a shape given as a list: checked in full
+
+
+def test_a_bytes_input_is_checked_every_time() -> None:
+    v = RequestValidator(TEXT)
+    good = item(b"ab") + item(b"")
+    v.validate(text_request((2,), good))
+    v.validate(text_request((2,), good))
+    bad = struct.pack("<I", 5) + b"abcde" + b"\0"  # the same shape and size: 1 item
+    assert len(bad) == len(good)
+    assert "incomplete string length indicator" in \
+        error_of(v, text_request((2,), bad)).message
+
+
+def test_the_correlation_id_is_checked_after_a_remembered_request() -> None:
+    cfg = complete_defaults(parse_model_config("""backend: "python" max_batch_size: 2
+        input [ { name: "V" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        sequence_batching { control_input [ { name: "CORRID" control [
+            { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] } ] }"""), "seq")
+    v = RequestValidator(cfg)
+    value = tensor("V", np.zeros((1, 1), np.int32))
+    v.validate(InferRequest("seq", inputs=[value], correlation_id=5))
+    v.validate(InferRequest("seq", inputs=[value], correlation_id=6))
+    assert "data-type is 'BYTES'" in \
+        error_of(v, InferRequest("seq", inputs=[value], correlation_id="abc")).message
+
+
+def test_the_requests_remembered_are_bounded() -> None:
+    v = RequestValidator(BATCHED)
+    for n in range(1, 2 * PASSED_MAX):
+        b = TensorData("B", "INT32", (1, n), bytes(4 * n))
+        a = tensor("A", np.zeros((1, 2), np.int32))
+        assert v.validate(InferRequest("batched", inputs=[a, b])) == 1
+        assert len(v._passed) <= PASSED_MAX

@@ -272,15 +272,25 @@ class Model:
         """A batch ended: the model's execution statistics (Triton's)."""
         stats = self.stats
         stats.exec_count += 1
+        if not batch or not batch[0].exec_start_ns:
+            return
         now = time.monotonic_ns()
-        if batch and batch[0].exec_start_ns:
+        if len(batch) == 1:  # the common case, without the sums
+            pending = batch[0]
+            size, input_ns, output_ns = pending.batch_size or 1, pending.input_ns, \
+                pending.output_ns
+        else:
             # The batch that ran: its requests' batch dimensions added up, as Triton.
-            size = sum([max(pending.batch_size, 1) for pending in batch])
-            figures = stats.batches.setdefault(size, [0, 0, 0, 0])
-            figures[0] += 1
-            figures[1] += now - batch[0].exec_start_ns
-            figures[2] += sum([pending.input_ns for pending in batch])
-            figures[3] += sum([pending.output_ns for pending in batch])
+            size = sum([pending.batch_size or 1 for pending in batch])
+            input_ns = sum([pending.input_ns for pending in batch])
+            output_ns = sum([pending.output_ns for pending in batch])
+        figures = stats.batches.get(size)
+        if figures is None:
+            figures = stats.batches[size] = [0, 0, 0, 0]
+        figures[0] += 1
+        figures[1] += now - batch[0].exec_start_ns
+        figures[2] += input_ns
+        figures[3] += output_ns
         for pending in batch:  # added to the model's figures if it succeeds (_completed)
             if pending.exec_start_ns:
                 pending.compute_ns = now - pending.exec_start_ns
@@ -659,7 +669,9 @@ class Model:
         """A request's final response: its statistics, then `on_request_done`."""
         stats = self.stats
         stats.pending -= 1
-        took_us = (time.monotonic_ns() - pending.arrival_ns) // 1000
+        now = time.monotonic_ns()
+        arrival_ns = pending.arrival_ns
+        took_us = (now - arrival_ns) // 1000
         stats.request_us += took_us
         stats.last_inference_ms = int(time.time() * 1000)
         # As Triton's Python backend: a request the model answered with an error response
@@ -667,12 +679,12 @@ class Model:
         if response.error is None or pending.model_errors:
             stats.success += 1
             stats.success_us += took_us
-            stats.inference_count += max(pending.batch_size, 1)  # no batching: 1 each
+            stats.inference_count += pending.batch_size or 1  # no batching: 1 each
             # As Triton, only successes add to the queue and compute figures.
-            if pending.exec_start_ns:
-                stats.queue_us += (pending.exec_start_ns - pending.arrival_ns) // 1000
-                compute_ns = pending.compute_ns or time.monotonic_ns() - pending.exec_start_ns
-                stats.compute_infer_us += compute_ns // 1000
+            start_ns = pending.exec_start_ns
+            if start_ns:
+                stats.queue_us += (start_ns - arrival_ns) // 1000
+                stats.compute_infer_us += (pending.compute_ns or now - start_ns) // 1000
             stats.compute_input_ns += pending.input_ns
             stats.compute_output_ns += pending.output_ns
         else:

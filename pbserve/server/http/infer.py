@@ -9,12 +9,15 @@ written from the response's own buffers, and the response is released once sent.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.http import codec
 from pbserve.server import jsonio
 from pbserve.server import trace_context
+from pbserve.server.http.known_headers import KnownHeaders
 from pbserve.server.http.compression import compress, decompress_body, response_encoding
 from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit
 from pbserve.server.http.placed_body import PlacedBody
@@ -31,15 +34,17 @@ HEADER_LENGTH_OUT = b"Inference-Header-Content-Length"
 _EMPTY = memoryview(b"")
 
 
-def split_body(request: HttpRequest, max_input: int) -> tuple[object, memoryview]:
-    """The parsed JSON header and the binary section of an infer request body."""
+def split_body(request: HttpRequest, max_input: int) -> tuple[memoryview | None, Any,
+                                                               memoryview]:
+    """An infer request body's JSON header, unparsed when a binary section follows it
+    (else parsed: the whole body), and its binary section."""
     body = request.body
     encoding = request.headers.get(b"content-encoding")
     if encoding is not None:
         body = decompress_body(encoding, body, body_limit(max_input, request.headers))
     value = request.headers.get(HEADER_LENGTH)
     if value is None:
-        return codec.parse_json(body, "request"), _EMPTY
+        return None, codec.parse_json(body, "request"), _EMPTY
     length = int(value) if value.isdigit() else -1
     if length < 0 or length > len(body):
         raise invalid_arg(f"inference header size should be in range (0, {len(body)}), "
@@ -48,11 +53,11 @@ def split_body(request: HttpRequest, max_input: int) -> tuple[object, memoryview
         raise invalid_arg("a request body without a JSON header (raw binary input, "
                           "Inference-Header-Content-Length: 0) is not supported")
     view = memoryview(body)
-    return codec.parse_json(view[:length], "request"), view[length:]
+    return view[:length], None, view[length:]
 
 
 async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
-                       version: str, max_input: int) -> HttpReply:
+                       version: str, max_input: int, known: KnownHeaders) -> HttpReply:
     served = core.model_handle(model, version)
     served.expect()
     if served.decoupled:
@@ -60,10 +65,14 @@ async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
                           "with decoupled transaction policy")
     body = request.body
     if type(body) is PlacedBody:  # gathered with its tensors in shm; the connection
-        header, binary = body.header, body.inputs  # gives back what no request took
+        infer_request, plan = codec.decode_infer_request(  # gives back what no request
+            model, version, body.header, body.inputs)      # took
     else:
-        header, binary = split_body(request, max_input)
-    infer_request, plan = codec.decode_infer_request(model, version, header, binary)
+        raw, header, binary = split_body(request, max_input)
+        if raw is not None:
+            infer_request, plan = known.decode(model, version, raw, binary)
+        else:
+            infer_request, plan = codec.decode_infer_request(model, version, header, binary)
     infer_request.trace_headers = trace_context.from_http(request.headers)
     response = await served.infer(infer_request)
     try:

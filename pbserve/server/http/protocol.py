@@ -167,7 +167,9 @@ class HttpConnection(asyncio.Protocol):
         self._active_at = self._head_at = time.monotonic()
         self._body = _NO_BODY
         self._pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None  # serves the connection's requests
+        self._serving = False  # the task is answering a request (else it waits for one)
+        self._next: asyncio.Future | None = None  # what the waiting task waits on
         self._reading_paused = False
         self._drained: asyncio.Future | None = None
         self._closing = False  # answered a request it will not read on: reads no more
@@ -285,7 +287,10 @@ class HttpConnection(asyncio.Protocol):
                               self._headers, self._body.value())
         self._body = _NO_BODY
         self._pending.append((request, self._parser.should_keep_alive()))
-        if self._task is None:
+        if self._next is not None:
+            waiting, self._next = self._next, None
+            waiting.set_result(None)
+        elif self._task is None:
             self._task = self._loop.create_task(self._serve())
         elif len(self._pending) > MAX_PENDING and not self._reading_paused:
             self._reading_paused = True
@@ -294,18 +299,29 @@ class HttpConnection(asyncio.Protocol):
     # --- serving ------------------------------------------------------------------
 
     async def _serve(self) -> None:
-        """Handle the queued requests in order, then end; a new one restarts it."""
+        """Handle the queued requests in order, then wait for the next one."""
         try:
-            await self._serve_pending()
+            while True:
+                self._serving = True
+                try:
+                    if not await self._serve_pending():
+                        return
+                finally:
+                    self._serving = False
+                    self._active_at = self._head_at = self._connections.now
+                if self.closed:
+                    return
+                self._next = self._loop.create_future()
+                await self._next
         except Exception as exc:
             self._connections.errors.line(logging.ERROR, "reply", "HTTP connection failed "
                                           "while replying", exc_info=exc)
             self._transport.abort()
         finally:
-            self._task = None
-            self._active_at = self._head_at = self._connections.now
+            self._task = self._next = None
 
-    async def _serve_pending(self) -> None:
+    async def _serve_pending(self) -> bool:
+        """Answer the queued requests; False when the connection is to be closed."""
         while self._pending and not self.closed:
             request, keep_alive = self._pending.popleft()
             if self._reading_paused and len(self._pending) <= MAX_PENDING // 2:
@@ -323,7 +339,8 @@ class HttpConnection(asyncio.Protocol):
                 await self._drain()
             if not keep_alive:
                 self._transport.close()
-                return
+                return False
+        return True
 
     async def _call_handler(self, request: HttpRequest) -> HttpReply | HttpStreamReply:
         try:
@@ -399,7 +416,7 @@ class HttpConnection(asyncio.Protocol):
         self._closing = True
         self._log_refusal(status, message)
         transport = self._transport
-        if self._task is not None:
+        if self._serving:
             transport.close()
             return
         self._write_error(status, message)
@@ -413,14 +430,14 @@ class HttpConnection(asyncio.Protocol):
     @property
     def idle_since(self) -> float | None:
         """When it went idle: no request being read or answered (None: busy)."""
-        if self._task is not None or self._in_head or self._in_body or self._closing:
+        if self._serving or self._in_head or self._in_body or self._closing:
             return None
         return self._active_at
 
     def expire(self, now: float) -> None:
         """Close the connection if what it waits for took too long: the rest of a head,
         the next bytes of a body (408), a next request (closed without a word)."""
-        if self._task is not None or self._closing or self.closed:
+        if self._serving or self._closing or self.closed:
             return
         limits = self._limits
         if self._in_head:
@@ -465,7 +482,7 @@ class HttpConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return self._task is None
+        return not self._serving
 
     def close(self) -> None:
         if self._transport is not None:

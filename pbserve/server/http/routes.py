@@ -34,6 +34,7 @@ from pbserve.server.http import trace as http_trace
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.http.generate import handle_generate
 from pbserve.server.http.infer import handle_infer
+from pbserve.server.http.known_headers import KnownHeaders
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.restrictions import Restriction, http_category, http_refusal
 from pbserve.server.http.messages import (
@@ -58,6 +59,25 @@ _OK = HttpReply(200, (), content_type=None)
 Reply = HttpReply | HttpStreamReply
 
 
+def model_path(parts: list[str]) -> tuple[str, str, str] | None:
+    """(model, version, kind) of /v2/models/M[/versions/V][/KIND] split on "/" (version
+    "" is the latest; kind "" is the metadata); None for any other shape."""
+    if len(parts) < 4 or parts[0] or parts[1] != "v2" or parts[2] != "models":
+        return None
+    name, rest = parts[3], parts[4:]
+    version = ""
+    if rest and rest[0] == "versions":
+        if len(rest) < 2 or not (rest[1].isascii() and rest[1].isdigit()):
+            return None
+        version, rest = rest[1], rest[2:]
+    kind = rest[0] if len(rest) == 1 else ("" if not rest else None)
+    if not name or kind not in _MODEL_KINDS:
+        return None
+    if "%" in name:
+        name = unquote(name)
+    return name, version, kind
+
+
 class Routes:
     """The request handler of the HTTP server: dispatch, then map errors to replies."""
 
@@ -67,16 +87,22 @@ class Routes:
         self._max_input = limits.max_input_size
         self._errors = ErrorLog(log)
         self._restricted = restricted or {}  # --http-restricted-api, by group
+        self._known_headers = KnownHeaders()
 
     async def __call__(self, request: HttpRequest) -> Reply:
         try:
-            return await self._dispatch(request)
+            parts = request.path.split("/")
+            if parts[-1] == "infer" and request.method == POST and not self._restricted:
+                target = model_path(parts)  # the hot path, straight to its handler
+                if target is not None:
+                    return await handle_infer(self._core, request, target[0], target[1],
+                                              self._max_input, self._known_headers)
+            return await self._dispatch(request, parts)
         except Exception as exc:
             return error_reply(self._errors.request_failed(
                 f"HTTP {request.method.decode()} {request.path[:200]}", exc))
 
-    async def _dispatch(self, request: HttpRequest) -> Reply:
-        parts = request.path.split("/")
+    async def _dispatch(self, request: HttpRequest, parts: list[str]) -> Reply:
         if len(parts) < 2 or parts[0] or parts[1] != "v2":
             return not_found()
         if self._restricted:
@@ -102,31 +128,24 @@ class Routes:
         return not_found()
 
     async def _model(self, request: HttpRequest, parts: list[str]) -> Reply:
-        name, rest = parts[3], parts[4:]
-        if len(parts) == 4 and name == "stats":
+        if len(parts) == 4 and parts[3] == "stats":
             if request.method != GET:
                 return method_not_allowed()
             return json_reply(await http_stats.all_models(self._core))
-        version = ""
-        if rest and rest[0] == "versions":
-            if len(rest) < 2 or not (rest[1].isascii() and rest[1].isdigit()):
-                return not_found()
-            version, rest = rest[1], rest[2:]
-        kind = rest[0] if len(rest) == 1 else ("" if not rest else None)
-        method = _MODEL_KINDS.get(kind) if kind is not None else None
-        if not name or method is None:
+        target = model_path(parts)
+        if target is None:
             return not_found()
-        if request.method != method:
+        name, version, kind = target
+        if request.method != _MODEL_KINDS[kind]:
             return method_not_allowed()
-        if "%" in name:
-            name = unquote(name)
         return await self._model_kind(request, kind, name, version)
 
     async def _model_kind(self, request: HttpRequest, kind: str, name: str,
                           version: str) -> Reply:
         core = self._core
         if kind == "infer":
-            return await handle_infer(core, request, name, version, self._max_input)
+            return await handle_infer(core, request, name, version, self._max_input,
+                                      self._known_headers)
         if kind == "":
             return json_reply(core.model_metadata(name, version))
         if kind == "ready":
