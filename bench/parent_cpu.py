@@ -15,49 +15,12 @@ pairs on this shared 2-core machine cannot. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
-import signal
-import subprocess
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from pbserve.testing import free_ports
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "perf"
-
-
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        return json.load(reply)
-
-
-def _completed(http: int, model: str) -> int:
-    return _get(f"http://127.0.0.1:{http}/v2/models/{model}/stats")[
-        "model_stats"][0]["inference_count"]
-
-
-def _tree(root: int) -> list[int]:
-    """root and its descendants (the stubs, started by the parent or its zygote)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
+from per_request import completed, tree_pids
+from thread_cpu import start_load, start_server, stop_server
 
 
 def _threads(pids: list[int]) -> dict[tuple[int, int], tuple[str, int, int, int]]:
@@ -88,45 +51,19 @@ def main() -> None:
     ap.add_argument("--elements", type=int, default=16, help="INPUT0's FP32 elements")
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args()
-    http, grpc, metrics = free_ports(3)
-    work = Path(tempfile.mkdtemp(prefix="parent-cpu-"))
-    server = subprocess.Popen(
-        [*shlex.split(args.server), "--model-repository", str(SHARED / "anchor_models"),
-         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-         "--metrics-address", "127.0.0.1"],
-        stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT,
-        start_new_session=True, cwd=ROOT)
+    server, http, grpc = start_server(args.server, "parent-cpu-")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
         port = grpc if args.protocol == "grpc" else http
-        window_ms = int((args.seconds + 6) * 1000)
-        pa = subprocess.Popen(
-            ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
-             f"-m {args.model} -i {args.protocol} -u 127.0.0.1:{port} "
-             f"--shape INPUT0:{args.elements} --concurrency-range {args.concurrency} "
-             f"--measurement-interval {window_ms} -s 999 --max-trials 3"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        pa = start_load(args.model, args.protocol, port, args.elements, args.concurrency,
+                        args.seconds)
         time.sleep(3)
-        pids = _tree(server.pid)
-        before, done_before = _threads(pids), _completed(http, args.model)
+        pids = tree_pids(server.pid)
+        before, done_before = _threads(pids), completed(http, args.model)
         time.sleep(args.seconds)
-        after, done_after = _threads(pids), _completed(http, args.model)
+        after, done_after = _threads(pids), completed(http, args.model)
         pa.communicate(timeout=120)
     finally:
-        os.killpg(server.pid, signal.SIGINT)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        stop_server(server)
     requests = done_after - done_before
     print(f"{args.model} {args.protocol} c={args.concurrency}: "
           f"{requests / args.seconds:,.0f} infer/s; per request, by thread:")

@@ -47,6 +47,47 @@ def _wait_ready(http: int, timeout_s: float = 60) -> None:
             time.sleep(0.2)
 
 
+def start_server(command: str, prefix: str) -> tuple[subprocess.Popen, int, int]:
+    """`command` serving ../shared/perf/anchor_models with tritonserver's port flags (as
+    vs.py starts it), ready; the process and its HTTP and gRPC ports."""
+    http, grpc, metrics = free_ports(3)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    server = subprocess.Popen(
+        [*shlex.split(command), "--model-repository", str(SHARED / "anchor_models"),
+         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+         "--metrics-address", "127.0.0.1"],
+        stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT,
+        start_new_session=True, cwd=ROOT)
+    try:
+        _wait_ready(http)
+    except BaseException:
+        stop_server(server)
+        raise
+    return server, http, grpc
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    os.killpg(server.pid, signal.SIGINT)
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+
+
+def start_load(model: str, protocol: str, port: int, elements: int, concurrency: int,
+               seconds: float) -> subprocess.Popen:
+    """perf_analyzer on `model`, with windows long enough to cover `seconds` of
+    measuring after a 3 s start (it reports their average); read its stdout at the end."""
+    window_ms = int((seconds + 6) * 1000)
+    return subprocess.Popen(
+        ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
+         f"-m {model} -i {protocol} -u 127.0.0.1:{port} --shape INPUT0:{elements} "
+         f"--concurrency-range {concurrency} --measurement-interval {window_ms} "
+         f"-s 999 --max-trials 3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def _samples(data: str) -> list[tuple[str, str, str, str]]:
     """(pid/tid, comm, dso, symbol) of each sample's leaf frame."""
     out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,pid,tid,ip,sym,dso"],
@@ -71,29 +112,13 @@ def main() -> None:
     ap.add_argument("--elements", type=int, default=16,
                     help="INPUT0's FP32 elements (vs.py's 16 MiB rows: 4194304)")
     args = ap.parse_args()
-    http, grpc, metrics = free_ports(3)
-    work = Path(tempfile.mkdtemp(prefix="thread-cpu-"))
-    server = subprocess.Popen(
-        [*shlex.split(args.server), "--model-repository", str(SHARED / "anchor_models"),
-         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-         "--metrics-address", "127.0.0.1"],
-        stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT,
-        start_new_session=True, cwd=ROOT)
+    server, http, grpc = start_server(args.server, "thread-cpu-")
     try:
-        _wait_ready(http)
         port = grpc if args.protocol == "grpc" else http
-        # Windows long enough to cover the sampling: perf_analyzer reports their average.
-        window_ms = int((args.seconds + 6) * 1000)
-        pa = subprocess.Popen(
-            ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
-             f"-m {args.model} -i {args.protocol} -u 127.0.0.1:{port} "
-             f"--shape INPUT0:{args.elements} "
-             f"--concurrency-range {args.concurrency} --measurement-interval {window_ms} "
-             f"-s 999 --max-trials 3"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        pa = start_load(args.model, args.protocol, port, args.elements, args.concurrency,
+                        args.seconds)
         time.sleep(3)
-        data = str(work / "perf.data")
+        data = str(Path(tempfile.mkdtemp(prefix="thread-cpu-")) / "perf.data")
         subprocess.run(["perf", "record", "-a", "-F", str(HZ), "-o", data, "--",
                         "sleep", str(args.seconds)], capture_output=True, check=True)
         text, _ = pa.communicate(timeout=120)
@@ -103,11 +128,7 @@ def main() -> None:
         rate = float(rates[-1])
         rows = _samples(data)
     finally:
-        os.killpg(server.pid, signal.SIGINT)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        stop_server(server)
     us = 1e6 / HZ / args.seconds / rate  # one sample, as us of CPU per request
     print(f"{args.server!r} {args.protocol} c={args.concurrency}: {rate:,.0f} infer/s; "
           f"CPU per request by thread (us):")

@@ -63,9 +63,12 @@ def _model(repo: Path, name: str, count: int, limiter: str) -> None:
 
 def _infer(url: str, model: str) -> None:
     client = httpclient.InferenceServerClient(url, network_timeout=120)
-    tensor = httpclient.InferInput("IN", [1], "FP32")
-    tensor.set_data_from_numpy(np.ones(1, np.float32))
-    client.infer(model, [tensor])
+    try:
+        tensor = httpclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.ones(1, np.float32))
+        client.infer(model, [tensor])
+    finally:
+        client.close()  # here, not in __del__ on whichever thread collects it
 
 
 def _concurrently(url: str, models: list[str]) -> None:
@@ -168,9 +171,12 @@ def test_a_resource_given_fewer_copies_than_an_instance_needs_fails_its_load(
                 "or more model instances, the minimum required count is 2"
                 ) in index["big"]["reason"]
         assert index["small"]["state"] == "READY"
+        client.close()
     # rate limiting off: the rate_limiter config is ignored, as in Triton
     with running_server(repo, args=["--rate-limit-resource", "R:1"]) as server:
-        assert server.http_client().is_model_ready("big")
+        client = server.http_client()
+        assert client.is_model_ready("big")
+        client.close()
 
 
 @pytest.mark.parametrize("args, words", [

@@ -261,6 +261,7 @@ def test_string_correlation_id_for_an_integer_corrid_control() -> None:
     v = RequestValidator(cfg)
     value = tensor("V", np.zeros((1, 1), np.int32))
     v.validate(InferRequest("seq", inputs=[value], correlation_id=5))
+    # a request like the one that passed: its inputs are not checked again, its id is
     req = InferRequest("seq", id="s", inputs=[value], correlation_id="abc")
     assert error_of(v, req).message == ("[request id: s] sequence batching control 'CORRID' "
                                         "data-type is 'BYTES', but model 'seq' expects 'UINT64'")
@@ -301,19 +302,6 @@ def test_a_bytes_input_is_checked_every_time() -> None:
     assert len(bad) == len(good)
     assert "incomplete string length indicator" in \
         error_of(v, text_request((2,), bad)).message
-
-
-def test_the_correlation_id_is_checked_after_a_remembered_request() -> None:
-    cfg = complete_defaults(parse_model_config("""backend: "python" max_batch_size: 2
-        input [ { name: "V" data_type: TYPE_INT32 dims: [ 1 ] } ]
-        sequence_batching { control_input [ { name: "CORRID" control [
-            { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] } ] }"""), "seq")
-    v = RequestValidator(cfg)
-    value = tensor("V", np.zeros((1, 1), np.int32))
-    v.validate(InferRequest("seq", inputs=[value], correlation_id=5))
-    v.validate(InferRequest("seq", inputs=[value], correlation_id=6))
-    assert "data-type is 'BYTES'" in \
-        error_of(v, InferRequest("seq", inputs=[value], correlation_id="abc")).message
 
 
 def test_the_requests_remembered_are_bounded() -> None:
