@@ -21,6 +21,7 @@ from pbserve.backend.input_placer import InputPlacer
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.types import InferRequest, TensorData
 from pbserve.server.grpc.h2.call import GATHER_MIN_BYTES, Deframer, prefix
+from pbserve.server.grpc.codec import decode_infer_request
 from pbserve.server.grpc.wire import RequestGatherer, SplitRequest, parse_infer_request
 from pbserve.testing import load_models, running_server
 from shm import Pool, new_prefix
@@ -163,6 +164,31 @@ def test_under_pressure_waiting_tensors_move_out_of_shm_and_nothing_is_placed():
         assert not placed.take() and pool.live_blocks == 1  # its block went back
         assert placer.place(1000) is None  # nothing placed right after the pressure
         assert placer.relieve() == 0
+    finally:
+        pool.close()
+
+
+def test_a_tensor_moved_out_under_pressure_leaves_no_mapping_of_its_block():
+    """parse_infer_request hands the contents over: the SplitRequest keeps no view on a
+    placed block (its pages would stay taken in /dev/shm after InputPlacer.relieve)."""
+    pool = Pool(new_prefix() + "-test", 1 << 20, 1 << 20)
+    try:
+        placer = InputPlacer(BlockRefs(pool), room=lambda: (1 << 30, 1 << 30))
+        request, raw = big_request()
+        split = gather(request.SerializeToString(), [], placer)
+        parsed, contents = parse_infer_request(split)
+        infer_request, _ = decode_infer_request(parsed, "2", contents, split.handles)
+        del contents
+        tensor = infer_request.inputs[0]
+        region = pool.region(tensor.placed.block.region)
+        for t in infer_request.inputs:
+            if t.placed is not None:
+                t.placed.park(t)  # the request waits for an instance
+        assert placer.relieve() > 0
+        assert bytes(tensor.data) == raw[0]  # in process memory now
+        assert pool.trim(force=True)
+        assert region.map.closed  # unmapped: no view of it is left anywhere
+        split.release()
     finally:
         pool.close()
 

@@ -215,3 +215,28 @@ def test_a_client_gone_halfway_through_its_upload_leaves_the_server_serving(serv
     with httpclient.InferenceServerClient(server.http_url) as client:
         result = client.infer("identity", [http_input("INPUT_INT32", data)])
         assert (result.as_numpy("OUTPUT_INT32") == data).all()
+
+
+def test_a_tensor_moved_out_under_pressure_leaves_no_mapping_of_its_block():
+    """The body hands its inputs over to the request and keeps no view on them: else a
+    region the pool gave back under pressure (InputPlacer.relieve) stays mapped, and its
+    pages stay taken in /dev/shm until the request ends, while the running stubs wait
+    for room for their outputs (tests/test_small_shm.py)."""
+    pool = Pool(new_prefix() + "-test", 1 << 20, 1 << 20)
+    try:
+        placer = InputPlacer(BlockRefs(pool), room=lambda: (1 << 30, 1 << 30))
+        body, header_size, binaries = big_body()
+        placed = gather(body, header_size, [header_size], placer)
+        request, _ = codec.decode_infer_request("m", "", placed.header, placed.hand_over())
+        tensor = request.inputs[0]
+        region = pool.region(tensor.placed.block.region)
+        for t in request.inputs:
+            if t.placed is not None:
+                t.placed.park(t)  # the request waits for an instance
+        assert placer.relieve() > 0
+        assert bytes(tensor.data) == binaries[0]  # in process memory now
+        assert pool.trim(force=True)  # the region is given back...
+        assert region.map.closed  # ...and unmapped: no view of it is left anywhere
+        placed.release()
+    finally:
+        pool.close()

@@ -135,6 +135,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             if served.decoupled:
                 raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
             infer_request, _ = decode_infer_request(request, version, raw, placed)
+            raw = None  # the tensors have their views; none is kept here (hand_over)
             if TRACER.otel is not None:
                 infer_request.trace_headers = trace_context.from_grpc(
                     context.invocation_metadata())

@@ -103,7 +103,7 @@ def parse_infer_request(body: Any) -> tuple[pb.ModelInferRequest, list[Any] | No
     `raw_input_contents` are then in the message. A SplitRequest (the h2 transport
     gathered it) is already split. Raises DecodeError as protobuf does."""
     if type(body) is SplitRequest:
-        return pb.ModelInferRequest.FromString(body.header), body.raw
+        return pb.ModelInferRequest.FromString(body.header), body.hand_over()
     if len(body) >= SPLIT_MIN_BYTES:
         try:
             header, raw = _split(body)
@@ -132,6 +132,13 @@ class SplitRequest:
 
     def __len__(self) -> int:
         return len(self.header) + sum(len(r) for r in self.raw)
+
+    def hand_over(self) -> list[memoryview]:
+        """The raw contents, for the request that reads them; none is kept here (a view
+        kept would keep a block's pages in /dev/shm after its tensor moved out:
+        InputPlacer.relieve)."""
+        raw, self.raw = self.raw, []
+        return raw
 
     def release(self) -> None:
         handles, self.handles = self.handles, [None] * len(self.handles)

@@ -66,7 +66,7 @@ async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
     body = request.body
     if type(body) is PlacedBody:  # gathered with its tensors in shm; the connection
         infer_request, plan = codec.decode_infer_request(  # gives back what no request
-            model, version, body.header, body.inputs)      # took
+            model, version, body.header, body.hand_over())  # took
     else:
         raw, header, binary = split_body(request, max_input)
         if raw is not None:

@@ -27,6 +27,9 @@ from pbserve.server import jsonio
 PLACE_MIN_BYTES = 64 * 1024
 
 
+_HANDED_OVER = memoryview(b"")  # in place of an input's view once the request has it
+
+
 class PlacedBody:
     """`add` the body's `size` bytes in any chunks; `value()` is the PlacedBody itself
     once its inputs were placed, else the whole body's bytes.
@@ -106,6 +109,14 @@ class PlacedBody:
 
     def value(self) -> "PlacedBody | bytearray":
         return self._raw if self._whole else self
+
+    def hand_over(self) -> list[tuple[memoryview, Any]]:
+        """The binary inputs, for the request that reads them. The body keeps only their
+        handles (to give back what no request takes): a view kept here would keep a
+        block's pages in /dev/shm after its tensor moved out (InputPlacer.relieve)."""
+        inputs = self.inputs
+        self.inputs = [(_HANDED_OVER, handle) for _, handle in inputs]
+        return inputs
 
     def release(self) -> None:
         """Give back every block no request took (idempotent)."""
