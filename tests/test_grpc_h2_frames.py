@@ -8,17 +8,13 @@ import random
 
 import pytest
 
+from h2_raw import raw_frame as frame
 from pbserve.server.grpc.h2.frames import (
     BYPASS_MIN_BYTES, FrameScanner, empty_data, window_update)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 BIG = bytes(range(256)) * 40  # 10 KiB
 TAIL = b"x" * BYPASS_MIN_BYTES
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return (len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big")
-            + payload)
 
 
 FRAMES = [

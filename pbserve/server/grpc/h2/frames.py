@@ -105,12 +105,17 @@ class FrameScanner:
         return True
 
 
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One frame as the server writes it: 24-bit length, type, flags, stream, payload."""
+    return (len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big")
+            + payload)
+
+
 def empty_data(stream: int, flags: int) -> bytes:
     """A DATA frame with no payload on `stream`, with `flags`' END_STREAM."""
-    return b"\x00\x00\x00\x00" + bytes((flags & END_STREAM,)) + stream.to_bytes(4, "big")
+    return frame(_DATA, flags & END_STREAM, stream)
 
 
 def window_update(stream: int, increment: int) -> bytes:
     """A WINDOW_UPDATE frame crediting `increment` bytes on `stream` (0: the connection)."""
-    return (b"\x00\x00\x04" + bytes((_WINDOW_UPDATE, 0)) + stream.to_bytes(4, "big")
-            + increment.to_bytes(4, "big"))
+    return frame(_WINDOW_UPDATE, 0, stream, increment.to_bytes(4, "big"))

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import struct
 
+from pbserve.server.grpc.h2.frames import frame, window_update
+
 RECEIVE_WINDOW = 16 * 1024 * 1024  # bytes a client may send before the server's credit
 _DEFAULT_WINDOW = 65_535  # HTTP/2's initial window, the one zttp advertises
-_SETTINGS, _WINDOW_UPDATE = 0x4, 0x8  # frame types (RFC 9113 6.5, 6.9)
+_SETTINGS = 0x4  # the frame type (RFC 9113 6.5)
 _INITIAL_WINDOW_SIZE = 0x4  # the SETTINGS parameter (RFC 9113 6.5.2)
-
-
-def _frame(kind: int, payload: bytes) -> bytes:
-    """An HTTP/2 frame on stream 0 with no flags: 24-bit length, type, flags, stream."""
-    return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, 0, 0) + payload
 
 
 def window_frames(size: int = RECEIVE_WINDOW) -> bytes:
@@ -33,5 +30,5 @@ def window_frames(size: int = RECEIVE_WINDOW) -> bytes:
     if not _DEFAULT_WINDOW < size < 2**31:  # (a WINDOW_UPDATE of 0 is a protocol error)
         raise ValueError(f"a larger HTTP/2 window is {_DEFAULT_WINDOW + 1} to 2**31-1 "
                          f"bytes, not {size}")
-    return (_frame(_SETTINGS, struct.pack(">HI", _INITIAL_WINDOW_SIZE, size))
-            + _frame(_WINDOW_UPDATE, struct.pack(">I", size - _DEFAULT_WINDOW)))
+    return (frame(_SETTINGS, 0, 0, struct.pack(">HI", _INITIAL_WINDOW_SIZE, size))
+            + window_update(0, size - _DEFAULT_WINDOW))
