@@ -168,8 +168,7 @@ class HttpConnection(asyncio.Protocol):
         self._body = _NO_BODY
         self._pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
         self._task: asyncio.Task | None = None  # serves the connection's requests
-        self._serving = False  # the task is answering a request (else it waits for one)
-        self._next: asyncio.Future | None = None  # what the waiting task waits on
+        self._next: asyncio.Future | None = None  # what the task waits on between them
         self._reading_paused = False
         self._drained: asyncio.Future | None = None
         self._closing = False  # answered a request it will not read on: reads no more
@@ -298,16 +297,19 @@ class HttpConnection(asyncio.Protocol):
 
     # --- serving ------------------------------------------------------------------
 
+    @property
+    def _serving(self) -> bool:
+        """A request is being answered (or waits for the task): not between requests."""
+        return self._task is not None and self._next is None
+
     async def _serve(self) -> None:
         """Handle the queued requests in order, then wait for the next one."""
         try:
             while True:
-                self._serving = True
                 try:
                     if not await self._serve_pending():
                         return
                 finally:
-                    self._serving = False
                     self._active_at = self._head_at = self._connections.now
                 if self.closed:
                     return
