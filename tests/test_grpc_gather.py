@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from client_inputs import grpc_input
-from fake_placer import FakePlacer
+from fake_placer import FakePlacer, move_out
 from pbserve.backend.input_placer import InputPlacer
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.backend.types import InferRequest, TensorData
@@ -179,15 +179,9 @@ def test_a_tensor_moved_out_under_pressure_leaves_no_mapping_of_its_block():
         parsed, contents = parse_infer_request(split)
         infer_request, _ = decode_infer_request(parsed, "2", contents, split.handles)
         del contents
-        tensor = infer_request.inputs[0]
-        region = pool.region(tensor.placed.block.region)
-        for t in infer_request.inputs:
-            if t.placed is not None:
-                t.placed.park(t)  # the request waits for an instance
-        assert placer.relieve() > 0
-        assert bytes(tensor.data) == raw[0]  # in process memory now
-        assert pool.trim(force=True)
-        assert region.map.closed  # unmapped: no view of it is left anywhere
+        data, unmapped = move_out(pool, placer, infer_request)
+        assert data == raw[0]
+        assert unmapped
         split.release()
     finally:
         pool.close()

@@ -13,7 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from fake_placer import FakePlacer
+from fake_placer import FakePlacer, move_out
 from pbserve.backend.input_placer import InputPlacer
 from pbserve.backend.instances.block_refs import BlockRefs
 from pbserve.errors import ServerError
@@ -228,15 +228,9 @@ def test_a_tensor_moved_out_under_pressure_leaves_no_mapping_of_its_block():
         body, header_size, binaries = big_body()
         placed = gather(body, header_size, [header_size], placer)
         request, _ = codec.decode_infer_request("m", "", placed.header, placed.hand_over())
-        tensor = request.inputs[0]
-        region = pool.region(tensor.placed.block.region)
-        for t in request.inputs:
-            if t.placed is not None:
-                t.placed.park(t)  # the request waits for an instance
-        assert placer.relieve() > 0
-        assert bytes(tensor.data) == binaries[0]  # in process memory now
-        assert pool.trim(force=True)  # the region is given back...
-        assert region.map.closed  # ...and unmapped: no view of it is left anywhere
+        data, unmapped = move_out(pool, placer, request)
+        assert data == binaries[0]
+        assert unmapped
         placed.release()
     finally:
         pool.close()
