@@ -240,3 +240,26 @@ def test_bls_from_the_main_thread_and_a_model_thread_under_concurrent_requests(s
     with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:
         text = reply.read().decode()
     assert 'bls_two_threads_calls{model="bls_two_threads"} 48' in text
+
+
+
+def test_a_cancelled_bls_child_waiting_behind_a_busy_callee_never_runs(server, tmp_path):
+    """The BLS child waits (cancel_probe's one instance is busy) when its caller's client
+    goes away: the child is dropped before `execute`, and the server goes on serving."""
+    busy, child = tmp_path / "busy.json", tmp_path / "child.json"
+    request = lambda marker: json.dumps({"inputs": [{  # noqa: E731
+        "name": "MARKER", "datatype": "BYTES", "shape": [1], "data": [str(marker)]}]}).encode()
+    post = b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as running:
+        body = request(busy)
+        running.sendall(post % (b"cancel_probe", len(body), body))
+        time.sleep(0.3)  # cancel_probe runs it (until it is cancelled)
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as caller:
+            body = request(child)
+            caller.sendall(post % (b"bls_cancel_parent", len(body), body))
+            time.sleep(0.3)  # its BLS call waits for cancel_probe
+    assert wait_for_json(busy)["cancelled"] is True
+    time.sleep(0.5)
+    assert not child.exists()
+    x = np.arange(4, dtype=np.float32)
+    server.http_client().infer("bls_chain_a", [h_in("X", x)])

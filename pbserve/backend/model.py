@@ -384,6 +384,28 @@ class Model:
         self._completed(pending, response)
         return response
 
+    def infer_now(self, request: InferRequest, descs: tuple | None,
+                  answer: Callable[[PendingRequest, InferResponse], None]) -> PendingRequest:
+        """`infer` without a coroutine, for a request that no trace samples (`traced`):
+        the request is queued now, and `answer` gets its response in the pass that read
+        it, its statistics already counted (a stub's BLS call, stub_calls.py: no turn of
+        the event loop on either way). Raises what validation raises; `cancel` drops
+        it, and `answer` still gets whatever comes after."""
+        if self.decoupled:
+            raise unary_on_decoupled(self.name, request.id)
+
+        def completed(pending: PendingRequest, response: InferResponse) -> None:
+            if response.final and not pending.cancelled:
+                self._completed(pending, response)
+            answer(pending, response)
+        return self._submit(request, streaming=False, descs=descs, sink=completed)
+
+    @staticmethod
+    def traced(request: InferRequest) -> bool:
+        """Whether a trace may sample the request (then `infer` is the way: it ends
+        the trace)."""
+        return request._trace_parent is not None or TRACER.enabled
+
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
                            on_submit: Callable[[PendingRequest], None] | None = None
                            ) -> AsyncIterator[InferResponse]:
@@ -475,10 +497,13 @@ class Model:
                 ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
 
     def _submit(self, request: InferRequest, streaming: bool, descs: tuple | None = None,
-                trace: tuple[int, str] | None = None) -> PendingRequest:
+                trace: tuple[int, str] | None = None,
+                sink: Callable[[PendingRequest, InferResponse], None] | None = None
+                ) -> PendingRequest:
         """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
         shm (a BLS call's, in the caller's pool): they are passed on, not copied.
-        `trace`: the request's trace id and context, for `request.trace()`."""
+        `trace`: the request's trace id and context, for `request.trace()`. `sink`: where
+        a unary request's response goes instead of its future (PendingRequest)."""
         if self._outage.error is not None:
             raise self._outage.error
         batch_size = self._validator.validate(request)
@@ -531,7 +556,7 @@ class Model:
                             output_shm=output_shm, trace=trace,
                             gpu_outputs=request.gpu_outputs)
         pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
-                                 self._free_blocks, streaming)
+                                 self._free_blocks, streaming, sink)
         pending.input_ns = input_ns
         if not staged:
             pending.unstaged = msg

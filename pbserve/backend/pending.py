@@ -25,8 +25,9 @@ class PendingRequest:
     completes (a response naming one holds its own, block_refs.py); a request the
     default scheduler queues keeps its inputs in process memory until it is dispatched
     (`unstaged`, model.py's `_stage`). Responses go to
-    `deliver`, which a unary caller reads through `future` and a streaming caller
-    through `stream`; once batched under preserve_ordering, by way of `order`.
+    `deliver`, which a unary caller reads through `future` (or has handed to its
+    `sink` at once: a stub's BLS call, stub_calls.py) and a streaming caller through
+    `stream`; once batched under preserve_ordering, by way of `order`.
     """
 
     __slots__ = ("key", "request", "inputs", "unstaged", "shm_wait_since", "blocks",
@@ -34,11 +35,13 @@ class PendingRequest:
                  "queue_deadline", "exec_start_ns", "_free_blocks", "done",
                  "cancelled", "instance", "on_complete", "order", "order_seq",
                  "input_ns", "compute_ns", "output_ns", "responses", "last_response_ns",
-                 "model_errors")
+                 "model_errors", "sink")
 
     def __init__(self, key: int, request: InferRequest, inputs: tuple, blocks: list[Block],
                  batch_size: int, free_blocks: Callable[[list[Block]], None],
-                 streaming: bool) -> None:
+                 streaming: bool,
+                 sink: Callable[[PendingRequest, InferResponse], None] | None = None
+                 ) -> None:
         self.key = key
         self.request = request
         self.inputs = inputs  # the request message; None while its inputs wait outside shm
@@ -47,7 +50,11 @@ class PendingRequest:
         self.blocks = blocks
         self.batch_size = batch_size
         loop = asyncio.get_running_loop()
-        self.future: asyncio.Future | None = None if streaming else loop.create_future()
+        # A unary request's response: awaited through `future`, or handed to `sink` in
+        # the pass that read it (no turn of the loop in between)
+        self.sink = sink
+        self.future: asyncio.Future | None = None if streaming or sink is not None \
+            else loop.create_future()
         self.stream: asyncio.Queue | None = asyncio.Queue() if streaming else None
         self.arrival_s = loop.time()
         self.arrival_ns = time.monotonic_ns()
@@ -81,6 +88,8 @@ class PendingRequest:
             self.order.offer(self, response)
         elif self.stream is not None:  # `emit`, inlined: this is every response's path
             self.stream.put_nowait(response)
+        elif self.sink is not None:
+            self.sink(self, response)
         elif self.future is not None and not self.future.done():
             self.future.set_result(response)
         else:
@@ -90,6 +99,8 @@ class PendingRequest:
         """Hand a response to the caller's sink (released if the caller is gone)."""
         if self.stream is not None:
             self.stream.put_nowait(response)
+        elif self.sink is not None:
+            self.sink(self, response)
         elif self.future is not None and not self.future.done():
             self.future.set_result(response)
         else:

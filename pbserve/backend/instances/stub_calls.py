@@ -51,6 +51,8 @@ class StubCalls:
         self._tokens = itertools.count(1)
         self._held: dict[int, tuple["ModelInstance", InferResponse]] = {}
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
+        # (caller, call_id) -> a unary BLS call queued without a task (`_bls_now`)
+        self._queued: dict[tuple[int, int], _QueuedCall] = {}
         # (caller, call_id) -> keys of the caller's requests the call still serves
         self._serving: dict[tuple[int, int], set[int]] = {}
         # (caller, call_id) -> what asks a streamed call's callee to cancel, once it is
@@ -74,7 +76,11 @@ class StubCalls:
             "metric_family_delete": cm.family_delete, "metric_delete": cm.metric_delete}
 
     def handle(self, caller: "ModelInstance", call_id: int, op: str, args: tuple) -> None:
-        """Run the handler of `op` as a task; it answers with caller.reply/reply_item."""
+        """Answer `op`: a unary BLS call to a model of this process at once (`_bls_now`),
+        anything else by its handler as a task. Either answers with caller.reply (or
+        reply_item)."""
+        if op == "bls" and self._bls_now(caller, call_id, args):
+            return
         handler = self._handlers.get(op)
         if handler is None:
             caller.reply(call_id, f"pbserve does not know the call '{op}'", None)
@@ -101,9 +107,12 @@ class StubCalls:
             self._streams[key] = None
 
     def _cancel_task(self, caller: "ModelInstance", call_id: int) -> None:
-        task = self._tasks.get((id(caller), call_id))
+        key = (id(caller), call_id)
+        task = self._tasks.get(key)
         if task is not None:
             task.cancel()
+        else:
+            self._cancel_queued(key, answer=True)
 
     def cancel_on_behalf(self, caller: "ModelInstance", key: int) -> None:
         """Request `key` of `caller` was cancelled: cancel the BLS calls made for it
@@ -126,16 +135,19 @@ class StubCalls:
         for (owner, _), task in list(self._tasks.items()):
             if owner == id(caller):
                 task.cancel()
+        for key in [k for k in self._queued if k[0] == id(caller)]:
+            self._cancel_queued(key, answer=False)
         for key in [k for k in self._streams if k[0] == id(caller)]:
             del self._streams[key]  # a task cancelled before it ran has no `finally`
         self.custom_metrics.owner_gone(caller)
 
     # -- BLS --------------------------------------------------------------------------
-    async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
+    def _bls_request(self, args: tuple) -> InferRequest:
+        """The request a BLS CALL's arguments describe, its inputs viewed where the
+        caller put them."""
         (model_name, version, request_id, correlation_id, flags, params, timeout,
-         requested, descs, decoupled, on_behalf_of, trace_id, preferred_memory) = args
-        self._serving[(id(caller), call_id)] = set(on_behalf_of)
-        request = InferRequest(
+         requested, descs, _, _, trace_id, preferred_memory) = args
+        return InferRequest(
             model_name, version, request_id,
             # a GPU input's view is a DeviceBytes: its size, for validation (shm/pool.py)
             inputs=[TensorData(d[0], d[1], tuple(d[2]), self._view(d[3], d[4], d[5]))
@@ -147,6 +159,70 @@ class StubCalls:
             _trace_parent=None if trace_id is None else TRACER.live(trace_id),
             # the caller takes GPU outputs where they are, unless it prefers the CPU
             gpu_outputs=preferred_memory != MEMORY_CPU)
+
+    def _bls_now(self, caller: "ModelInstance", call_id: int, args: tuple) -> bool:
+        """A unary BLS call to another model of this process, untraced: queued now, and
+        answered from the pass that reads the callee's response (Model.infer_now). A
+        task would add a turn of the event loop on each way, and at c=8 a client's HTTP
+        request is decoded in such a turn while the caller's stub waits. False (nothing
+        done): the call is `_bls`'s (streamed, another process's model, an ensemble, a
+        model calling itself, a trace, or one the model lookup refuses: `_bls` answers
+        its error)."""
+        model_name, version, decoupled, on_behalf_of, descs = \
+            args[0], args[1], args[9], args[10], args[8]
+        if decoupled or args[11] is not None or TRACER.enabled:
+            return False
+        try:
+            model = self._ready_model(model_name, version, False)
+        except ServerError:
+            return False
+        # an ensemble (no infer_now) runs its steps in a task of its own anyway
+        infer_now = getattr(model, "infer_now", None)
+        if infer_now is None or caller in model.instances:
+            return False
+        key = (id(caller), call_id)
+        call = self._queued[key] = _QueuedCall(caller, call_id, model)
+        self._serving[key] = set(on_behalf_of)
+
+        def answered(pending: "PendingRequest", response: InferResponse) -> None:
+            if self._queued.pop(key, None) is None:  # cancelled: answered then
+                response.release()
+                return
+            self._serving.pop(key, None)
+            caller.reply(call_id, None, self._answer(caller, response))
+
+        try:
+            call.pending = infer_now(self._bls_request(args), descs, answered)
+        except Exception as err:
+            if isinstance(err, ServerError):  # before the callee got it: Triton's words
+                message = err.message
+            else:  # a fault of the server's own: the caller must not hang
+                log.exception("BLS call to model '%s' failed", model_name)
+                message = str(err)
+            if self._queued.pop(key, None) is not None:
+                self._serving.pop(key, None)
+                _reply_error(caller, call_id, False, ErrorCode.INTERNAL,
+                             f"Model {model_name} - Error when running inference: {message}")
+        return True
+
+    def _cancel_queued(self, key: tuple[int, int], answer: bool) -> None:
+        """Cancel a call of `_bls_now` not yet answered: the callee drops or stops it
+        (Model.cancel), and the caller, when `answer`, gets CANCELLED as from `_bls`."""
+        call = self._queued.pop(key, None)
+        if call is None:
+            return
+        self._serving.pop(key, None)
+        if call.pending is not None:
+            call.model.cancel(call.pending)
+        if answer:
+            _reply_error(call.caller, call.call_id, False, ErrorCode.CANCELLED,
+                         f"BLS request to model '{call.model.name}' was cancelled")
+
+    async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
+        model_name, version, decoupled, on_behalf_of, descs = \
+            args[0], args[1], args[9], args[10], args[8]
+        self._serving[(id(caller), call_id)] = set(on_behalf_of)
+        request = self._bls_request(args)
         self_call = local = False
         try:
             model = self._ready_model(model_name, version, decoupled)
@@ -327,6 +403,18 @@ class StubCalls:
         if await self._manager().model_ready(name, version):
             return True
         return self.remote is not None and await self.remote.model_ready(name, version)
+
+
+class _QueuedCall:
+    """A unary BLS call `_bls_now` queued, until it is answered or cancelled."""
+
+    __slots__ = ("caller", "call_id", "model", "pending")
+
+    def __init__(self, caller: "ModelInstance", call_id: int, model: "Model") -> None:
+        self.caller = caller
+        self.call_id = call_id
+        self.model = model
+        self.pending: "PendingRequest | None" = None  # once queued
 
 
 def _reply_error(caller: "ModelInstance", call_id: int, decoupled: bool, code: ErrorCode,
