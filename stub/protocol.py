@@ -74,6 +74,9 @@ REGIONS_GONE = 114  # (REGIONS_GONE, names): this stub gave these pool regions b
 SHM_PRESSURE = 115  # (SHM_PRESSURE,): this stub found /dev/shm full; the others should trim
 CALL_DIRECT = 116  # (CALL_DIRECT, call_id, op, args): a CALL from the main thread, which
 #   blocks on the main queue for its REPLY
+DROPPED = 117     # (DROPPED, batch_id, error: None, responses, rescheduled: ()): RESPONSES of
+#                    a batch answered without `execute` (each of its requests was cancelled
+#                    while it waited in the stub's queue): no execution to count
 
 # The constructors below are the one place each message's fields are put in order; the
 # readers unpack them in that order (`_, batch_id, error, ... = message`), and the two
@@ -202,6 +205,11 @@ def responses(batch_id: int, error: str | None, answers: tuple, rescheduled: tup
               ) -> tuple:
     """`answers`: (key, ResponseMsg | None) per request; `rescheduled`: keys."""
     return (RESPONSES, batch_id, error, answers, rescheduled)
+
+
+def dropped(batch_id: int, answers: tuple) -> tuple:
+    """RESPONSES of a batch the stub answered without running it."""
+    return (DROPPED, batch_id, None, answers, ())
 
 
 def send(key: int, response: tuple | None, flags: int) -> tuple:

@@ -426,8 +426,7 @@ class Stub:
         error = (int(TritonError.CANCELLED), f"request for model '{self.model_name}' "
                                              f"was cancelled")
         answer = p.response_record(error, (), "{}")
-        self.send(p.responses(batch_id, None,
-                              tuple([(r[REQ_KEY], answer) for r in requests]), ()))
+        self.send(p.dropped(batch_id, tuple([(r[REQ_KEY], answer) for r in requests])))
         for r in requests:
             self.request_closed(r[REQ_KEY])
 

@@ -183,12 +183,16 @@ def test_a_request_whose_timeout_passes_while_queued_in_the_stub_is_not_executed
     """Over HTTP: the second request waits in the stub's queue behind a 1 s one and its
     200 ms timeout passes there. It is dropped before `execute` (sleepy ignores
     cancellation: had it run, it would answer a PID). Waiting in the scheduler's queue
-    instead, it would get "Request timeout expired"."""
+    instead, it would get "Request timeout expired". As in Triton, a request dropped
+    before `execute` counts no execution in the model's statistics."""
     with running_server(MODELS, args=["--model-control-mode", "explicit",
                                       "--load-model", "sleepy"]) as server:
         client = server.http_client(concurrency=2)
         for _ in range(50):  # short hops: the instance may queue a request ahead
             client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))])
+        executions = lambda: int(client.get_inference_statistics("sleepy")[  # noqa: E731
+            "model_stats"][0]["execution_count"])
+        before = executions()
         first = client.async_infer("sleepy", [http_input("SLEEP_MS", np.array([1000], np.int32))])
         # Submitted is running: the instance was idle, so it was sent at once.
         wait_for(lambda: pending_requests(server) == 1, "the first request to run")
@@ -196,6 +200,7 @@ def test_a_request_whose_timeout_passes_while_queued_in_the_stub_is_not_executed
             client.infer("sleepy", [http_input("SLEEP_MS", np.array([0], np.int32))],
                          timeout=200_000)
         assert first.get_result().as_numpy("PID")[0] > 0
+        assert executions() == before + 1
 
 
 def test_an_instance_waiting_on_its_bls_call_is_not_counted_as_computing(monkeypatch):

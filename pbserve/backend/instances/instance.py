@@ -370,7 +370,7 @@ class ModelInstance:
         log.exception("instance '%s': a message from its stub (kind %s) could not be "
                       "handled", self.name, message[0])
         error = f"a message of model instance '{self.name}' could not be handled: {exc}"
-        if message[0] == p.RESPONSES:
+        if message[0] == p.RESPONSES or message[0] == p.DROPPED:
             _, batch_id, _, responses, rescheduled = message
             for key, _ in responses:
                 self._fail_request(key, error)
@@ -385,7 +385,8 @@ class ModelInstance:
             pending.deliver(self._outputs.error_response(pending, internal(error)))
 
     def _message_handlers(self) -> dict[int, Callable[[tuple], None]]:
-        return {p.RESPONSES: self._on_responses, p.SEND: self._on_send,
+        return {p.RESPONSES: self._on_responses, p.DROPPED: self._on_dropped,
+                p.SEND: self._on_send,
                 p.BATCH_DONE: self._on_batch_done, p.LOG: self._on_log,
                 p.CALL: self._on_call, p.CALL_DIRECT: self._on_call_direct,
                 p.BLS_RELEASE: self._on_bls_release,
@@ -430,7 +431,12 @@ class ModelInstance:
         _, error, ready = message
         self.readiness.answered(error, ready)
 
-    def _on_responses(self, message: tuple) -> None:
+    def _on_dropped(self, message: tuple) -> None:
+        """The stub answered a batch without running it (all cancelled while it waited):
+        as RESPONSES, but the model's statistics count no execution."""
+        self._on_responses(message, executed=False)
+
+    def _on_responses(self, message: tuple, executed: bool = True) -> None:
         _, batch_id, error, responses, rescheduled = message
         for key, msg in responses:
             pending = self._inflight.get(key)
@@ -441,7 +447,7 @@ class ModelInstance:
                 pending.output_ns += time.monotonic_ns() - started
                 pending.model_errors += response.error is not None
                 pending.deliver(response)
-        self._on_batch_end(batch_id, error, rescheduled)
+        self._on_batch_end(batch_id, error, rescheduled, executed)
 
     def _on_send(self, message: tuple) -> None:
         _, key, msg, flags = message
@@ -482,7 +488,8 @@ class ModelInstance:
         _, batch_id, error, rescheduled = message
         self._on_batch_end(batch_id, error, rescheduled)
 
-    def _on_batch_end(self, batch_id: int, error: str | None, rescheduled: tuple) -> None:
+    def _on_batch_end(self, batch_id: int, error: str | None, rescheduled: tuple,
+                      executed: bool = True) -> None:
         batch = self._batches.pop(batch_id, [])
         if error is not None:
             for pending in batch:
@@ -490,7 +497,8 @@ class ModelInstance:
                     pending.deliver(self._outputs.error_response(pending, internal(error)))
         for key in rescheduled:
             self._reschedule(key)
-        self._events.batch_done(batch)
+        if executed:
+            self._events.batch_done(batch)
         if self._batches:
             self._start_next()
         else:
