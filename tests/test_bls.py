@@ -242,7 +242,6 @@ def test_bls_from_the_main_thread_and_a_model_thread_under_concurrent_requests(s
     assert 'bls_two_threads_calls{model="bls_two_threads"} 48' in text
 
 
-
 def test_a_cancelled_bls_child_waiting_behind_a_busy_callee_never_runs(server, tmp_path):
     """The BLS child waits (cancel_probe's one instance is busy) when its caller's client
     goes away: the child is dropped before `execute`, and the server goes on serving."""

@@ -386,11 +386,12 @@ class Model:
 
     def infer_now(self, request: InferRequest, descs: tuple | None,
                   answer: Callable[[PendingRequest, InferResponse], None]) -> PendingRequest:
-        """`infer` without a coroutine, for a request that no trace samples (`traced`):
-        the request is queued now, and `answer` gets its response in the pass that read
-        it, its statistics already counted (a stub's BLS call, stub_calls.py: no turn of
-        the event loop on either way). Raises what validation raises; `cancel` drops
-        it, and `answer` still gets whatever comes after."""
+        """`infer` without a coroutine, for a request no trace may sample (it has no
+        parent trace and tracing is off: `infer` is the way that ends a trace). The
+        request is queued now, and `answer` gets its response in the pass that read it,
+        its statistics already counted (a stub's BLS call, stub_calls.py: no turn of the
+        event loop on either way). Raises what validation raises; `cancel` drops it, and
+        `answer` still gets whatever comes after."""
         if self.decoupled:
             raise unary_on_decoupled(self.name, request.id)
 
@@ -399,12 +400,6 @@ class Model:
                 self._completed(pending, response)
             answer(pending, response)
         return self._submit(request, streaming=False, descs=descs, sink=completed)
-
-    @staticmethod
-    def traced(request: InferRequest) -> bool:
-        """Whether a trace may sample the request (then `infer` is the way: it ends
-        the trace)."""
-        return request._trace_parent is not None or TRACER.enabled
 
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
                            on_submit: Callable[[PendingRequest], None] | None = None
