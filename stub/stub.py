@@ -153,13 +153,15 @@ class Stub:
         threading.Thread(target=self._control_loop, name="pbserve-stub-control",
                          daemon=True).start()
         handlers = self._main_handlers
+        messages = self.main_messages
         try:
             while self._running:
                 # Idle, a stub sleeps until a message comes: it wakes every
                 # PARENT_CHECK_S only while its pool has a region to give back (its
-                # death with the parent is the kernel's: stub/parent_death.py).
-                raw = self.main_messages.next(
-                    PARENT_CHECK_S if self.pool.has_spare() or self.gpu.has_spare() else None)
+                # death with the parent is the kernel's: stub/parent_death.py). With a
+                # message waiting, the timeout is not asked for (it takes a lock).
+                raw = messages.next(None if messages.pending() else PARENT_CHECK_S
+                                    if self.pool.has_spare() or self.gpu.has_spare() else None)
                 if raw is None:
                     if not self.parent_alive():
                         return
