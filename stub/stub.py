@@ -156,12 +156,8 @@ class Stub:
         messages = self.main_messages
         try:
             while self._running:
-                # Idle, a stub sleeps until a message comes: it wakes every
-                # PARENT_CHECK_S only while its pool has a region to give back (its
-                # death with the parent is the kernel's: stub/parent_death.py). With a
-                # message waiting, the timeout is not asked for (it takes a lock).
-                raw = messages.next(None if messages.pending() else PARENT_CHECK_S
-                                    if self.pool.has_spare() or self.gpu.has_spare() else None)
+                # With a message waiting, the idle timeout is not asked for (a lock).
+                raw = messages.next(None if messages.pending() else self._idle_timeout())
                 if raw is None:
                     if not self.parent_alive():
                         return
@@ -177,6 +173,12 @@ class Stub:
                     handler(message)
         finally:
             self.close()
+
+    def _idle_timeout(self) -> float | None:
+        """How long an idle stub sleeps before it looks again: PARENT_CHECK_S while its
+        pools have a region to give back (`_trim`), else until a message comes (its
+        death with the parent is the kernel's: stub/parent_death.py)."""
+        return PARENT_CHECK_S if self.pool.has_spare() or self.gpu.has_spare() else None
 
     # -- the main queue's messages ------------------------------------------------------
     def _on_execute_msg(self, message: tuple) -> None:

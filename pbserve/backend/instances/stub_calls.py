@@ -19,7 +19,7 @@ import inspect
 import itertools
 import json
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple
 
 from pbserve.backend.observability import metrics
 from pbserve.backend.observability.custom_metrics import CustomMetrics
@@ -40,6 +40,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pbserve.backend")
 NO_TOKEN = 0
+
+
+class BlsArgs(NamedTuple):
+    """A BLS CALL's arguments, in the order the stub puts them (stub/bls.py `_args`)."""
+
+    model_name: str
+    version: str
+    request_id: str
+    correlation_id: int | str
+    flags: int
+    parameters: str  # JSON
+    timeout: int
+    requested: tuple[str, ...]
+    descs: tuple  # TensorDescs of the inputs, where the caller put them
+    decoupled: bool
+    on_behalf_of: tuple[int, ...]  # keys of the caller's requests it is made for
+    trace_id: int | None
+    preferred_memory: int
 
 
 class StubCalls:
@@ -79,8 +97,10 @@ class StubCalls:
         """Answer `op`: a unary BLS call to a model of this process at once (`_bls_now`),
         anything else by its handler as a task. Either answers with caller.reply (or
         reply_item)."""
-        if op == "bls" and self._bls_now(caller, call_id, args):
-            return
+        if op == "bls":
+            args = BlsArgs(*args)
+            if self._bls_now(caller, call_id, args):
+                return
         handler = self._handlers.get(op)
         if handler is None:
             caller.reply(call_id, f"pbserve does not know the call '{op}'", None)
@@ -106,7 +126,7 @@ class StubCalls:
         elif key in self._tasks:  # not queued yet: asked as soon as it is
             self._streams[key] = None
 
-    def _cancel_task(self, caller: "ModelInstance", call_id: int) -> None:
+    def _cancel_call(self, caller: "ModelInstance", call_id: int) -> None:
         key = (id(caller), call_id)
         task = self._tasks.get(key)
         if task is not None:
@@ -121,7 +141,7 @@ class StubCalls:
             if owner == id(caller) and key in keys:
                 keys.discard(key)
                 if not keys:
-                    self._cancel_task(caller, call_id)
+                    self._cancel_call(caller, call_id)
 
     def release(self, token: int) -> None:
         held = self._held.pop(token, None)
@@ -142,25 +162,24 @@ class StubCalls:
         self.custom_metrics.owner_gone(caller)
 
     # -- BLS --------------------------------------------------------------------------
-    def _bls_request(self, args: tuple) -> InferRequest:
+    def _bls_request(self, args: BlsArgs) -> InferRequest:
         """The request a BLS CALL's arguments describe, its inputs viewed where the
         caller put them."""
-        (model_name, version, request_id, correlation_id, flags, params, timeout,
-         requested, descs, _, _, trace_id, preferred_memory) = args
+        params = args.parameters
         return InferRequest(
-            model_name, version, request_id,
+            args.model_name, args.version, args.request_id,
             # a GPU input's view is a DeviceBytes: its size, for validation (shm/pool.py)
             inputs=[TensorData(d[0], d[1], tuple(d[2]), self._view(d[3], d[4], d[5]))
-                    for d in descs],
-            requested_outputs=list(requested) or None,
+                    for d in args.descs],
+            requested_outputs=list(args.requested) or None,
             parameters=json.loads(params) if params and params != "{}" else {},
-            correlation_id=correlation_id, flags=flags, timeout_us=timeout,
+            correlation_id=args.correlation_id, flags=args.flags, timeout_us=args.timeout,
             # made with `trace=request.trace()`: its trace is a child of that request's
-            _trace_parent=None if trace_id is None else TRACER.live(trace_id),
+            _trace_parent=None if args.trace_id is None else TRACER.live(args.trace_id),
             # the caller takes GPU outputs where they are, unless it prefers the CPU
-            gpu_outputs=preferred_memory != MEMORY_CPU)
+            gpu_outputs=args.preferred_memory != MEMORY_CPU)
 
-    def _bls_now(self, caller: "ModelInstance", call_id: int, args: tuple) -> bool:
+    def _bls_now(self, caller: "ModelInstance", call_id: int, args: BlsArgs) -> bool:
         """A unary BLS call to another model of this process, untraced: queued now, and
         answered from the pass that reads the callee's response (Model.infer_now). A
         task would add a turn of the event loop on each way, and at c=8 a client's HTTP
@@ -168,12 +187,11 @@ class StubCalls:
         done): the call is `_bls`'s (streamed, another process's model, an ensemble, a
         model calling itself, a trace, or one the model lookup refuses: `_bls` answers
         its error)."""
-        model_name, version, decoupled, on_behalf_of, descs = \
-            args[0], args[1], args[9], args[10], args[8]
-        if decoupled or args[11] is not None or TRACER.enabled:
+        model_name = args.model_name
+        if args.decoupled or args.trace_id is not None or TRACER.enabled:
             return False
         try:
-            model = self._ready_model(model_name, version, False)
+            model = self._ready_model(model_name, args.version, False)
         except ServerError:
             return False
         # an ensemble (no infer_now) runs its steps in a task of its own anyway
@@ -182,7 +200,7 @@ class StubCalls:
             return False
         key = (id(caller), call_id)
         call = self._queued[key] = _QueuedCall(caller, call_id, model)
-        self._serving[key] = set(on_behalf_of)
+        self._serving[key] = set(args.on_behalf_of)
 
         def answered(pending: "PendingRequest", response: InferResponse) -> None:
             if self._queued.pop(key, None) is None:  # cancelled: answered then
@@ -195,7 +213,7 @@ class StubCalls:
                 log.exception("BLS answer to '%s' failed", caller.name)
 
         try:
-            call.pending = infer_now(self._bls_request(args), descs, answered)
+            call.pending = infer_now(self._bls_request(args), args.descs, answered)
         except Exception as err:
             if isinstance(err, ServerError):  # before the callee got it: Triton's words
                 message = err.message
@@ -221,10 +239,10 @@ class StubCalls:
             _reply_error(call.caller, call.call_id, False, ErrorCode.CANCELLED,
                          f"BLS request to model '{call.model.name}' was cancelled")
 
-    async def _bls(self, caller: "ModelInstance", call_id: int, args: tuple) -> None:
-        model_name, version, decoupled, on_behalf_of, descs = \
-            args[0], args[1], args[9], args[10], args[8]
-        self._serving[(id(caller), call_id)] = set(on_behalf_of)
+    async def _bls(self, caller: "ModelInstance", call_id: int, args: BlsArgs) -> None:
+        model_name, version, decoupled, descs = \
+            args.model_name, args.version, args.decoupled, args.descs
+        self._serving[(id(caller), call_id)] = set(args.on_behalf_of)
         request = self._bls_request(args)
         self_call = local = False
         try:
