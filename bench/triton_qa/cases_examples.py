@@ -3,9 +3,13 @@ the way Triton's qa/L0_backend_python/examples/test.sh runs them (cwd: the check
 
 from __future__ import annotations
 
+import importlib.util
+
 from spec import Case, Client, Model
 
 PB = "python_backend"
+# The pytorch example (and the BLS examples that call it) run where torch imports.
+NO_TORCH = "" if importlib.util.find_spec("torch") else "needs torch"
 
 
 def example(folder: str, name: str, model: str = "model.py",
@@ -18,13 +22,16 @@ def script(path: str, *args: str) -> Client:
 
 
 ADD_SUB = example("add_sub", "add_sub")
+PYTORCH = example("pytorch", "pytorch")
 
 CASES: tuple[Case, ...] = (
     Case("ex_add_sub", PB, (ADD_SUB,), clients=(script("examples/add_sub/client.py"),)),
-    Case("ex_bls_sync", PB, (ADD_SUB, example("bls", "bls_sync", "sync_model.py",
-                                              "sync_config.pbtxt")),
-         clients=(script("examples/bls/sync_client.py"),)),
-    Case("ex_bls_async", PB, (), skip="its model calls the 'pytorch' example: needs torch"),
+    Case("ex_bls_sync", PB, (ADD_SUB, PYTORCH, example("bls", "bls_sync", "sync_model.py",
+                                                       "sync_config.pbtxt")),
+         clients=(script("examples/bls/sync_client.py"),), skip=NO_TORCH),
+    Case("ex_bls_async", PB, (ADD_SUB, PYTORCH, example("bls", "bls_async", "async_model.py",
+                                                        "async_config.pbtxt")),
+         clients=(script("examples/bls/async_client.py"),), skip=NO_TORCH),
     Case("ex_decoupled_repeat", PB,
          (example("decoupled", "repeat_int32", "repeat_model.py", "repeat_config.pbtxt"),),
          clients=(script("examples/decoupled/repeat_client.py"),)),
@@ -47,7 +54,8 @@ CASES: tuple[Case, ...] = (
          clients=(script("examples/bls_decoupled/async_client.py"),)),
     Case("ex_custom_metrics", PB, (example("custom_metrics", "custom_metrics"),),
          clients=(script("examples/custom_metrics/client.py"),)),
-    Case("ex_pytorch", PB, (), skip="needs torch"),
+    Case("ex_pytorch", PB, (PYTORCH,), clients=(script("examples/pytorch/client.py"),),
+         skip=NO_TORCH),
     Case("ex_jax", PB, (), skip="needs jax"),
     Case("ex_instance_kind", PB, (), skip="resnet50: needs torch, torchvision and a GPU"),
     Case("ex_preprocessing", PB, (), skip="needs torch/torchvision, an ONNX model and "

@@ -32,11 +32,14 @@ def run_case(case: Case, roots: dict[str, Path], work: Path) -> list[Result]:
     folder.mkdir(parents=True, exist_ok=True)
     repo = folder / case.repo_path
     repository.build(case.models, roots, case.checkout, repo)
+    if case.setup is not None:
+        case.setup(folder, repo, roots)
     log = roots[case.checkout] / case.log_name if case.log_name else folder / "server.log"
     saved = {k: os.environ.get(k) for k in case.server_env}
     os.environ.update({k: v.format(case_dir=folder) for k, v in case.server_env.items()})
     try:
-        server = Server(repo, host, log, case.server_args)
+        server = Server(repo, host, log,
+                        tuple(a.format(case_dir=folder) for a in case.server_args))
     finally:
         _restore(saved)
     try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class Case:
     `load_error`: the server is expected not to become ready and its log to contain this
     text (test.sh's `run_server` failing, then `grep`). `log_after`: texts the server's
     log must contain once it has stopped. `skip`: the reason the case is not run.
+    `setup(case_dir, repository, roots)`: what test.sh does besides copying models
+    (a backend folder, generated models). `{case_dir}` in `server_args` and `server_env`
+    is the case's folder.
     """
 
     name: str
@@ -70,3 +75,4 @@ class Case:
     repo_path: str = "models"
     log_name: str = ""
     http_posts: tuple[tuple[str, str], ...] = ()
+    setup: Callable[[Path, Path, dict[str, Path]], None] | None = None
