@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from shm.client_region import ClientWindow, is_client_token
 from shm.cuda_region import CudaImports, DeviceBytes, is_cuda_token
-from shm.region import Region, ShmExhausted
+from shm.region import POOL_GROWTH_FAILED, Region, ShmExhausted
 
 MIB = 1 << 20
 DEFAULT_SIZE = 1 * MIB  # Triton's shm-default-byte-size
@@ -165,8 +165,8 @@ class Pool:
     def _new_region(self, size: int) -> Region:
         if self.max_bytes is not None and self.total_bytes + size > self.max_bytes:
             raise ShmExhausted(
-                f"shared-memory pool {self.prefix} cannot grow by {size} bytes: it holds "
-                f"{self.total_bytes} of its limit of {self.max_bytes} bytes")
+                f"{POOL_GROWTH_FAILED}: pool {self.prefix} cannot grow by {size} bytes: it "
+                f"holds {self.total_bytes} of its limit of {self.max_bytes} bytes")
         region = self._make_region(f"{self.prefix}-p{self._serial}", size)
         self._serial += 1
         self._regions[region.name] = region

@@ -9,8 +9,13 @@ import os
 import posix_ipc
 
 
+# The words Triton's Python backend starts this error with: clients and tests match them.
+POOL_GROWTH_FAILED = "Failed to increase the shared memory pool size"
+
+
 class ShmExhausted(MemoryError):
-    """No more shared memory: /dev/shm is full or the pool reached its limit."""
+    """No more shared memory: /dev/shm is full or the pool reached its limit. Its message
+    starts with POOL_GROWTH_FAILED."""
 
 
 class Region:
@@ -38,7 +43,8 @@ class Region:
                 posix_ipc.unlink_shared_memory(name)
                 if err.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                     raise ShmExhausted(
-                        f"cannot allocate {size} bytes of shared memory in /dev/shm "
+                        f"{POOL_GROWTH_FAILED}: cannot allocate {size} bytes of shared "
+                        f"memory in /dev/shm "
                         f"({os.strerror(err.errno)}); free space in /dev/shm or raise its "
                         f"size (e.g. docker --shm-size)") from None
                 raise

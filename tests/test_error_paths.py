@@ -225,6 +225,8 @@ def test_shared_memory_that_runs_out_is_507_and_resource_exhausted(tmp_path):
     assert http_error.value.status() == "507", http_error.value
     assert grpc_error.value.status() == "StatusCode.RESOURCE_EXHAUSTED", grpc_error.value
     for error in (http_error.value, grpc_error.value):
+        # Triton's words first (clients match them), then the size that did not fit
+        assert error.message().startswith("Failed to increase the shared memory pool size")
         assert f"cannot allocate {48 << 20} bytes of shared memory" in error.message()
     assert "Traceback" not in log
     assert len([line for line in log.splitlines() if "cannot allocate" in line]) == 2

@@ -114,6 +114,7 @@ def test_too_large_a_request_is_shm_exhausted_and_leaves_no_name(prefix):
     assert str(too_big) in message
     assert "/dev/shm" in message
     assert "shm-size" in message  # says how to fix it
+    assert message.startswith("Failed to increase the shared memory pool size")  # Triton's
     assert isinstance(info.value, MemoryError)
     assert not os.path.exists(path_of(prefix))
     assert entries_with_prefix(prefix) == []

@@ -120,6 +120,7 @@ def test_a_request_larger_than_dev_shm_fails_naming_its_size_and_the_server_serv
             _identity(client, np.zeros(20 * MIB, dtype=np.uint8))
         message = str(info.value)
         assert str(20 * MIB) in message and "docker --shm-size" in message, message
+        assert "Failed to increase the shared memory pool size" in message, message
         assert re.search(r"/dev/shm holds \d+ bytes in all", message), message
         assert info.value.status() == "507"
         small = np.arange(1000, dtype=np.uint8)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from shm.names import SHM_DIR
 from shm.pool import Pool, RegionMap, ShmSizes
+from shm.region import POOL_GROWTH_FAILED
 from stub import protocol as p
 
 if TYPE_CHECKING:
@@ -59,15 +60,16 @@ def shm_room() -> tuple[int, int]:
 
 def too_large_message(model: str, nbytes: int, capacity: int) -> str:
     """Why a request that can never fit fails: its size and what to change."""
-    return (f"cannot allocate {nbytes} bytes of shared memory for the inputs of a request "
-            f"for model '{model}': /dev/shm holds {capacity} bytes in all; raise its size "
-            f"(e.g. docker --shm-size)")
+    return (f"{POOL_GROWTH_FAILED}: cannot allocate {nbytes} bytes of shared memory for "
+            f"the inputs of a request for model '{model}': /dev/shm holds {capacity} bytes "
+            f"in all; raise its size (e.g. docker --shm-size)")
 
 
 def waited_message(model: str, nbytes: int, waited_s: float) -> str:
-    return (f"cannot allocate {nbytes} bytes of shared memory for the inputs of a request "
-            f"for model '{model}' within {waited_s:.0f} s: /dev/shm is full (raise its size, "
-            f"e.g. docker --shm-size, or lower the pools' sizes, {SIZE_OPTIONS})")
+    return (f"{POOL_GROWTH_FAILED}: cannot allocate {nbytes} bytes of shared memory for "
+            f"the inputs of a request for model '{model}' within {waited_s:.0f} s: /dev/shm "
+            f"is full (raise its size, e.g. docker --shm-size, or lower the pools' sizes, "
+            f"{SIZE_OPTIONS})")
 
 
 class ShmUpkeep:
