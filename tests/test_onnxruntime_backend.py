@@ -149,7 +149,62 @@ def repo(tmp_path_factory) -> Path:
         backend: "onnxruntime"
         max_batch_size: 4
         """, batch=None)
+    exported_names(repo)
     return repo
+
+
+SCALE_STEP = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "scaled/out:0", pb_utils.get_input_tensor_by_name(r, "input.1").as_numpy() * 10)])
+            for r in requests]
+'''
+
+
+def exported_names(repo: Path) -> None:
+    """Tensor names as exporters write them (TF's "scope/op:0", PyTorch's "input.1" and
+    "308"), in an ONNX graph and a Python step, through an ensemble that maps them (the
+    shape of Triton's Conceptual_Guide Part_5 repository)."""
+    save_graph(repo / "detector" / "1" / "model.onnx",
+               [helper.make_node("Sigmoid", ["input_images:0"],
+                                 ["feature_fusion/Conv_7/Sigmoid:0"]),
+                helper.make_node("Neg", ["input_images:0"], ["308"])],
+               [("input_images:0", FP32, ["b", 3])],
+               [("feature_fusion/Conv_7/Sigmoid:0", FP32, ["b", 3]), ("308", FP32, ["b", 3])])
+    write(repo / "detector" / "config.pbtxt", """
+        platform: "onnxruntime_onnx"
+        max_batch_size: 4
+        input [ { name: "input_images:0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        output [ { name: "feature_fusion/Conv_7/Sigmoid:0" data_type: TYPE_FP32 dims: [ 3 ] },
+                 { name: "308" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        """)
+    write(repo / "scaler" / "1" / "model.py", SCALE_STEP)
+    write(repo / "scaler" / "config.pbtxt", """
+        backend: "python"
+        max_batch_size: 4
+        input [ { name: "input.1" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        output [ { name: "scaled/out:0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        """)
+    write(repo / "exported" / "config.pbtxt", """
+        platform: "ensemble"
+        max_batch_size: 4
+        input [ { name: "image:0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        output [ { name: "score/map:0" data_type: TYPE_FP32 dims: [ 3 ] },
+                 { name: "308" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        ensemble_scheduling { step [
+          { model_name: "detector" model_version: -1
+            input_map { key: "input_images:0" value: "image:0" }
+            output_map { key: "feature_fusion/Conv_7/Sigmoid:0" value: "Sigmoid:0" }
+            output_map { key: "308" value: "308" } },
+          { model_name: "scaler" model_version: -1
+            input_map { key: "input.1" value: "Sigmoid:0" }
+            output_map { key: "scaled/out:0" value: "score/map:0" } } ] }
+        """)
+    (repo / "exported" / "1").mkdir()  # an ensemble, too, has a version folder
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +308,19 @@ def test_a_python_model_calls_an_onnx_model_by_bls(server) -> None:
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     r = client.infer("caller", [inp("X", x, "FP32")])
     np.testing.assert_array_equal(r.as_numpy("Y"), x + x + x * x)
+
+
+def test_exported_tensor_names_through_an_ensemble_of_onnx_and_python(server) -> None:
+    x = np.array([[0.0, 1.0, -2.0], [3.0, -4.0, 0.5]], np.float32)
+    expected = {"score/map:0": 10 / (1 + np.exp(-x)), "308": -x}
+    for module, client in ((http, server.http_client()),
+                           (grpcclient, grpcclient.InferenceServerClient(server.grpc_url))):
+        result = client.infer("exported", [inp("image:0", x, "FP32", module)],
+                              outputs=[module.InferRequestedOutput(n) for n in expected])
+        for name, want in expected.items():
+            np.testing.assert_allclose(result.as_numpy(name), want, rtol=1e-5)
+    meta = server.http_client().get_model_metadata("detector")
+    assert [o["name"] for o in meta["outputs"]] == ["feature_fusion/Conv_7/Sigmoid:0", "308"]
 
 
 def test_versions_warmup_and_metrics_as_for_python_models(server) -> None:
