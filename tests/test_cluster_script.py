@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from pbserve.distributed import nats_store
 from pbserve.testing import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,10 +85,13 @@ def test_a_signal_to_the_script_stops_the_frontend_workers_and_nats_server(tmp_p
         shutil.copytree(ROOT / "models/examples" / name, repo / name)
     http, grpc, metrics = free_ports(3)
     log = open(tmp_path / "cluster.log", "wb")
+    stores = tmp_path / "tmp"  # the script's temporary directory: its nats store
+    stores.mkdir()
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPT), "--model-repository", str(repo), "--http-port",
          str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(stores)})
     output = lambda: (tmp_path / "cluster.log").read_text(errors="replace")[-3000:]  # noqa: E731
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
@@ -117,6 +121,12 @@ def test_a_signal_to_the_script_stops_the_frontend_workers_and_nats_server(tmp_p
                 f"the cluster's processes outlived it: {_command_lines(children)}\n"
                 f"{output()}")
             time.sleep(0.1)
+        # The nats store: removed by the script on SIGTERM; after SIGKILL its lock is
+        # free, and the next store made on the machine removes it.
+        left = [p.name for p in stores.iterdir() if p.name.startswith(nats_store.PREFIX)]
+        assert len(left) == (0 if sig == signal.SIGTERM else 1), left
+        assert len(nats_store.sweep_orphans(str(stores))) == len(left)
+        assert not [p for p in stores.iterdir() if p.name.startswith(nats_store.PREFIX)]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
