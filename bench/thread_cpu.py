@@ -20,6 +20,7 @@ import collections
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +50,9 @@ def _wait_ready(http: int, timeout_s: float = 60) -> None:
 
 def start_server(command: str, prefix: str) -> tuple[subprocess.Popen, int, int]:
     """`command` serving ../shared/perf/anchor_models with tritonserver's port flags (as
-    vs.py starts it), ready; the process and its HTTP and gRPC ports."""
+    vs.py starts it), ready; the process and its HTTP and gRPC ports. Its log lives in a
+    temporary directory that `stop_server` removes (one that never got ready prints the
+    log's end first)."""
     http, grpc, metrics = free_ports(3)
     work = Path(tempfile.mkdtemp(prefix=prefix))
     server = subprocess.Popen(
@@ -59,20 +62,27 @@ def start_server(command: str, prefix: str) -> tuple[subprocess.Popen, int, int]
          "--metrics-address", "127.0.0.1"],
         stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT,
         start_new_session=True, cwd=ROOT)
+    server.work = work  # type: ignore[attr-defined]
     try:
         _wait_ready(http)
     except BaseException:
-        stop_server(server)
+        stop_server(server, show_log=True)
         raise
     return server, http, grpc
 
 
-def stop_server(server: subprocess.Popen) -> None:
+def stop_server(server: subprocess.Popen, show_log: bool = False) -> None:
     os.killpg(server.pid, signal.SIGINT)
     try:
         server.wait(10)
     except subprocess.TimeoutExpired:
         os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    work = getattr(server, "work", None)
+    if work is not None:
+        if show_log:
+            print((work / "server.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def start_load(model: str, protocol: str, port: int, elements: int, concurrency: int,
