@@ -9,6 +9,7 @@ same requests to the same models on both servers give the same counts."""
 from __future__ import annotations
 
 import contextlib
+import glob
 
 import os
 import queue
@@ -188,6 +189,7 @@ def test_the_counts_are_the_real_triton_ones(repo, pbserve_stats, tmp_path):
                f'--backend-directory="$TRITON_BACKENDS" --model-repository={repo} '
                f"--http-port={http} --grpc-port={grpc} --metrics-port={metrics}")
     before = _triton_regions()
+    envs_before = set(glob.glob("/tmp/python_env_*"))
     proc = subprocess.Popen(["bash", "-c", command], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
@@ -207,6 +209,10 @@ def test_the_counts_are_the_real_triton_ones(repo, pbserve_stats, tmp_path):
         for name in _triton_regions() - before:  # what its stubs left in /dev/shm
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/dev/shm/{name}")
+        # ... and the empty /tmp/python_env_XXXXXX its Python backend makes and leaves
+        for path in set(glob.glob("/tmp/python_env_*")) - envs_before:
+            with contextlib.suppress(OSError):  # only an empty one: rmdir
+                os.rmdir(path)
     for name in MODELS:
         assert _counts(pbserve_stats[name]) == _counts(triton[name]), name
         # Triton's Python backend reports no response statistics; pbserve does.
