@@ -1,8 +1,9 @@
 """Cases of Triton's qa/L0_backend_python (server repository), as its test.sh scripts run them.
 
 Each case copies the same `qa/python_models` (or the subtest's own `models/`) with the same
-config edits, and runs the same client. Parts that need torch, a GPU, ONNX/libtorch models
-from Triton's data sets, conda environments or a tritonserver build are skipped with why.
+config edits, and runs the same client. Parts that need torch run where it imports; those
+that need a GPU, ONNX/libtorch models from Triton's data sets, conda environments or a
+tritonserver build are skipped with why.
 """
 
 from __future__ import annotations
@@ -227,7 +228,6 @@ REQUEST_RESCHEDULING = Case(
     server_args=("--model-control-mode=explicit", "--load-model=*"),
     clients=(shm_leak("request_rescheduling", "bls_request_rescheduling"),
              Client(("grpc_endpoint_test.py",), f"{L0}/request_rescheduling")))
-
 
 
 def _python_based_backends(case_dir: Path, repo: Path, roots: dict[str, Path]) -> None:
