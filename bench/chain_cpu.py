@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
 from per_request import completed, tree_pids
-from thread_cpu import start_load, start_server, stop_server
+from thread_cpu import SHARED, start_load, start_server, stop_server
 
-TRITON = ("bash -c 'source ../shared/perf/env_anchor.sh && exec \"$TRITON_BIN\" "
-          "--backend-directory=\"$TRITON_BACKENDS\" \"$@\"' tritonserver")
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
@@ -78,9 +78,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
+    sys.path.insert(0, str(SHARED))
+    import vs  # ../shared/perf/vs.py: the real tritonserver's command, as vs.py runs it
+
     print(f"{args.model} {args.protocol} c={args.concurrency}, a request's CPU:")
     for round_ in range(args.rounds):
-        for name, cmd in (("pbserve", "pbserve"), ("triton", TRITON)):
+        for name, cmd in (("pbserve", "pbserve"), ("triton", shlex.join(vs.TRITON_CMD))):
             print(f"  {round_ + 1} {name:8} {measure(cmd, args)}", flush=True)
 
 

@@ -223,7 +223,7 @@ class StubCalls:
             if self._queued.pop(key, None) is not None:
                 self._serving.pop(key, None)
                 _reply_error(caller, call_id, False, ErrorCode.INTERNAL,
-                             f"Model {model_name} - Error when running inference: {message}")
+                             _run_failed(model_name, message))
         return True
 
     def _cancel_queued(self, key: tuple[int, int], answer: bool) -> None:
@@ -237,7 +237,7 @@ class StubCalls:
             call.model.cancel(call.pending)
         if answer:
             _reply_error(call.caller, call.call_id, False, ErrorCode.CANCELLED,
-                         f"BLS request to model '{call.model.name}' was cancelled")
+                         _cancelled(call.model.name))
 
     async def _bls(self, caller: "ModelInstance", call_id: int, args: BlsArgs) -> None:
         model_name, version, decoupled, descs = \
@@ -274,15 +274,15 @@ class StubCalls:
             unavailable = not local and err.code is ErrorCode.UNAVAILABLE
             _reply_error(caller, call_id, decoupled,
                          ErrorCode.UNAVAILABLE if unavailable else ErrorCode.INTERNAL,
-                         f"Model {model_name} - Error when running inference: {err.message}")
+                         _run_failed(model_name, err.message))
         except asyncio.CancelledError:
             _reply_error(caller, call_id, decoupled, ErrorCode.CANCELLED,
-                         f"BLS request to model '{model_name}' was cancelled")
+                         _cancelled(model_name))
             raise
         except Exception as err:  # a fault of the server's own: the caller must not hang
             log.exception("BLS call to model '%s' failed", model_name)
             _reply_error(caller, call_id, decoupled, ErrorCode.INTERNAL,
-                         f"Model {model_name} - Error when running inference: {err}")
+                         _run_failed(model_name, str(err)))
         finally:
             self._serving.pop((id(caller), call_id), None)
             self._streams.pop((id(caller), call_id), None)
@@ -436,6 +436,16 @@ class _QueuedCall:
         self.call_id = call_id
         self.model = model
         self.pending: "PendingRequest | None" = None  # once queued
+
+
+def _cancelled(model_name: str) -> str:
+    """The answer of a BLS call cancelled before its callee answered."""
+    return f"BLS request to model '{model_name}' was cancelled"
+
+
+def _run_failed(model_name: str, detail: str) -> str:
+    """Triton's words for a BLS call that failed before or outside the callee's model."""
+    return f"Model {model_name} - Error when running inference: {detail}"
 
 
 def _reply_error(caller: "ModelInstance", call_id: int, decoupled: bool, code: ErrorCode,
