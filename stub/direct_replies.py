@@ -58,8 +58,8 @@ class DirectReplies:
             raw = self._queue.get()
             if raw:
                 message = p.decode(raw)
-                if message[0] == p.REPLY and message[1] == call_id:
-                    return message[2], message[3]
+                if message[0] == p.REPLY and message[p.REPLY_CALL_ID] == call_id:
+                    return message[p.REPLY_ERROR], message[p.REPLY_VALUE]
             self._held.append(raw)
 
     def next(self, timeout: float | None) -> bytes | None:

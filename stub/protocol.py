@@ -81,6 +81,16 @@ DROPPED = 117     # (DROPPED, batch_id, error: None, responses, rescheduled: ())
 # The constructors below are the one place each message's fields are put in order; the
 # readers unpack them in that order (`_, batch_id, error, ... = message`), and the two
 # records that are read in part or rebuilt (RequestMsg, ResponseMsg) have named indices.
+# Index 0 is every message's kind. tests/test_protocol_contract.py checks the readers
+# against the constructors, and that no reader outside this module reads a message's
+# fields by number.
+
+# -- named fields of the messages read in part ------------------------------------------
+# `<KIND>_<FIELD>`: the place of the constructor's `<field>` in a message of that kind.
+# A REPLY, which the stub's main thread checks for its own call's answer (direct_replies.py):
+REPLY_CALL_ID, REPLY_ERROR, REPLY_VALUE = range(1, 4)
+# A SEND the parent could not take in: the request it answers fails (ModelInstance).
+SEND_KEY = 1
 
 
 # -- the records inside messages ------------------------------------------------------

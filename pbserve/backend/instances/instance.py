@@ -377,7 +377,7 @@ class ModelInstance:
             if batch_id in self._batches:
                 self._on_batch_end(batch_id, error, rescheduled)
         elif message[0] == p.SEND:
-            self._fail_request(message[1], error)
+            self._fail_request(message[p.SEND_KEY], error)
 
     def _fail_request(self, key: int, error: str) -> None:
         pending = self._inflight.pop(key, None)
