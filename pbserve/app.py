@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import gc
 import logging
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,16 +21,21 @@ from pbserve.backend.cache.response_cache import ResponseCache
 from pbserve.backend.config.config_sources import ConfigSources
 from pbserve.backend.manager import ModelManager
 from pbserve.backend.observability.tracing import TRACER
-from pbserve.backend.repository.cloud_repository import CloudRepositories
+from pbserve.backend.repository.cloud_repository import CloudRepositories, is_cloud
+from pbserve.backend.repository.repository import check_repositories
 from pbserve.backends import set_backend_directory
+from pbserve.errors import ServerError
 from pbserve.server.grpc.h2.limits import GrpcLimits
-from pbserve.backend.instances.model_debug import set_model_debug
+from pbserve.backend.instances.model_debug import set_model_debug, unknown_debugged_model
 from pbserve.backend.instances.rate_limiter import parse_resource, set_rate_limit
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.endpoints import Endpoints
+from pbserve.server.listener import BindError
 from pbserve.server.tls import TlsConfig
-from pbserve.shutdown import Frontend, shut_down
+from pbserve.exit_signals import ShutdownSignals
+from pbserve.shutdown import Frontend, shut_down, shutdown_deadline
 
 if TYPE_CHECKING:  # the plane imports nats: only with --request-plane
     from pbserve.distributed.node import Node
@@ -143,50 +147,71 @@ async def join_plane(args: argparse.Namespace, manager: ModelManager | None) -> 
 
 
 async def start_servers(core: InferenceCore, args: argparse.Namespace,
-                        settings: DerivedSettings, servers: list[Frontend]) -> None:
-    """Start the HTTP, gRPC and metrics servers the --allow-* flags ask for, each added
-    to `servers` once started (what started is stopped even if a later one fails)."""
-    if args.allow_http:
+                        settings: DerivedSettings, servers: list[Frontend],
+                        endpoints: Endpoints) -> None:
+    """Start the HTTP, gRPC and metrics servers the --allow-* flags ask for on the
+    sockets `endpoints` bound, each added to `servers` once started (what started is
+    stopped even if a later one fails)."""
+    if endpoints.http is not None:
         servers.append(await start_http_server(core, args.http_address, args.http_port,
                                                settings.limits, settings.http_tls,
-                                               settings.http_restricted))
+                                               settings.http_restricted, endpoints.http))
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
-    if args.allow_grpc:
+    if endpoints.grpc is not None:
         servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port,
                                                args.http_max_input_size, settings.grpc_tls,
                                                settings.grpc_restricted, args.grpc_transport,
-                                               settings.grpc_limits))
+                                               settings.grpc_limits, endpoints.grpc))
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
-    if args.allow_metrics:
+    if endpoints.metrics is not None:
         servers.append(await start_metrics_server(core, args.metrics_address,
-                                                  args.metrics_port, settings.limits))
+                                                  args.metrics_port, settings.limits,
+                                                  endpoints.metrics))
         log.info("Started Metrics Service at %s:%d", args.metrics_address, args.metrics_port)
 
 
 async def serve(args: argparse.Namespace, settings: DerivedSettings) -> int:
     """Start everything, wait for a signal, stop in order: a worker leaves the plane
     first (no new requests), then the servers and the models (shutdown.py), then the
-    plane's connection; the exit status."""
-    try:  # cloud repositories are copied into private local directories
-        repositories = await asyncio.to_thread(CloudRepositories, args.model_repository)
-    except ValueError as exc:
+    plane's connection; the exit status. Before anything loads, as tritonserver words
+    them: a local repository that cannot be read (`error: creating server: ...` on
+    stderr), an endpoint's address that cannot be bound (`failed to start HTTP service:
+    ...` in the log); either is status 1."""
+    try:
+        check_repositories(Path(p) for p in args.model_repository if not is_cloud(p))
+    except ServerError as exc:
+        print(f"error: creating server: {exc.code.text} - {exc.message}", file=sys.stderr)
+        return 1
+    try:  # the ports, held from here on (server/endpoints.py)
+        endpoints = Endpoints.bind(args)
+    except BindError as exc:
         log.error("%s", exc)
         return 1
     try:
-        return await _serve(args, settings, repositories)
+        try:  # cloud repositories are copied into private local directories
+            repositories = await asyncio.to_thread(CloudRepositories, args.model_repository)
+        except ValueError as exc:
+            log.error("%s", exc)
+            return 1
+        try:
+            return await _serve(args, settings, repositories, endpoints)
+        finally:
+            repositories.close()
     finally:
-        repositories.close()
+        endpoints.close()
 
 
 async def _serve(args: argparse.Namespace, settings: DerivedSettings,
-                 repositories: CloudRepositories) -> int:
+                 repositories: CloudRepositories, endpoints: Endpoints) -> int:
     manager = build_manager(args, settings, repositories)
     core: InferenceCore | None = manager
     node: Node | None = None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    signals = ShutdownSignals(asyncio.get_running_loop(),
+                              shutdown_deadline(args.exit_timeout_secs))
+    signals.install()
+    if manager is not None and (error := unknown_debugged_model(manager.repository_models())):
+        log.error("%s", error)
+        return 1
     servers: list[Frontend] = []
     try:
         if manager is not None:
@@ -202,12 +227,15 @@ async def _serve(args: argparse.Namespace, settings: DerivedSettings,
                 return 1
             core = node.core  # a worker's: its models, and the plane's for the others
         assert core is not None
-        await start_servers(core, args, settings, servers)
+        try:
+            await start_servers(core, args, settings, servers, endpoints)
+        except OSError as exc:  # grpcio binds by itself (grpc/server.py)
+            log.error("%s", exc)
+            return 1
         # What start-up made (modules, configs, servers) lives as long as the server:
         # out of the collector's sight, collections walk only what requests make.
         gc.freeze()
-        await stop.wait()
-        log.info("Signal received: shutting down")
+        await signals.received.wait()
     finally:
         if node is not None:  # a worker leaves the plane first: no new requests
             await node.stop_serving(args.exit_timeout_secs)
@@ -215,4 +243,5 @@ async def _serve(args: argparse.Namespace, settings: DerivedSettings,
         if node is not None:
             await node.close()
         TRACER.close()
+        signals.cancel()
     return 0

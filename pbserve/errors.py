@@ -29,6 +29,11 @@ class ErrorCode(enum.IntEnum):
         """The `grpc.StatusCode` member name for this code."""
         return _GRPC_STATUS[self]
 
+    @property
+    def text(self) -> str:
+        """The code as tritonserver prints it (TRITONSERVER_ErrorCodeString)."""
+        return _TEXT[self]
+
 
 # As Triton's HTTP frontend: anything not listed otherwise is 400.
 _HTTP_STATUS = {
@@ -53,6 +58,18 @@ _GRPC_STATUS = {
     ErrorCode.ALREADY_EXISTS: "ALREADY_EXISTS",
     ErrorCode.CANCELLED: "CANCELLED",
     ErrorCode.RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
+}
+
+_TEXT = {
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
+    ErrorCode.RESOURCE_EXHAUSTED: "Resource exhausted",
 }
 
 

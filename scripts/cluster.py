@@ -17,7 +17,7 @@ SIGTERM stops the frontend, then the workers (each unloads its models and remove
 shared memory), then the nats-server; the exit status is 0 when all of them ended on
 their own. A process that dies on its own stops the rest (status 1).
 `--workers N` runs N workers instead (callers on the first, their targets on the
-second, the rest spread).
+second, the rest spread). Every other flag is pbserve's (`pbserve --help`).
 """
 
 from __future__ import annotations
@@ -71,6 +71,16 @@ def take_flags(argv: list[str]) -> tuple[list[str], list[str], list[str], list[s
     return repos, loads, frontend, common, workers
 
 
+def say(text: str, stdout: bool = False) -> None:
+    """A line on stderr (or stdout), if it can still be written: with the output through `| tee`,
+    Ctrl-C ends tee too, and a failed write must not stop the script mid-stop (leaving its
+    processes and nats store behind)."""
+    try:
+        print(text, file=sys.stdout if stdout else sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
 def die_with_parent() -> None:
     """In a child, before exec: SIGTERM when this script ends, however it ends."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -105,7 +115,7 @@ class Cluster:
     def __init__(self, argv: list[str]) -> None:
         repos, loads, frontend_flags, common, workers = take_flags(argv)
         if not repos:
-            raise SystemExit("error: --model-repository is required")
+            raise SystemExit("error: --model-repository is required (see --help)")
         paths = [Path(r) for r in repos]
         names = scan_repositories(paths).names()
         mode = dict(zip(frontend_flags[::2], frontend_flags[1::2])).get(
@@ -138,8 +148,8 @@ class Cluster:
                    "--grpc-port", str(grpc), "--metrics-port", str(metrics),
                    "--model-control-mode", "explicit",
                    *[a for n in half for a in ("--load-model", n)], *common]
-            print(f"# cluster: worker{index + 1} loads {', '.join(half) or 'nothing'}",
-                  flush=True)
+            say(f"# cluster: worker{index + 1} loads {', '.join(half) or 'nothing'}",
+                stdout=True)
             self.procs.append((f"worker{index + 1}",
                                subprocess.Popen(cmd, preexec_fn=die_with_parent)))
 
@@ -150,7 +160,7 @@ class Cluster:
         for (name, proc), port in zip(self.procs, self._worker_ports):
             while not stopping.is_set():
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    print(f"# cluster: {name} did not get ready", file=sys.stderr, flush=True)
+                    say(f"# cluster: {name} did not get ready")
                     return False
                 try:
                     with urllib.request.urlopen(
@@ -181,8 +191,7 @@ class Cluster:
                 try:
                     proc.wait(STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
-                    print(f"# cluster: {name} did not stop: killed", file=sys.stderr,
-                          flush=True)
+                    say(f"# cluster: {name} did not stop: killed")
                     proc.kill()
                     proc.wait(5)
                     clean = False
@@ -191,6 +200,9 @@ class Cluster:
 
 
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip())
+        return 0
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
@@ -203,8 +215,7 @@ def main(argv: list[str]) -> int:
             while not stopping.wait(0.2):
                 gone = cluster.died()
                 if gone is not None:
-                    print(f"# cluster: {gone} exited on its own: stopping", file=sys.stderr,
-                          flush=True)
+                    say(f"# cluster: {gone} exited on its own: stopping")
                     ok = False
                     break
         else:

@@ -157,6 +157,18 @@ def unlink_prefix(prefix: str) -> int:
     return sum(unlink_entry(n) for n in entries_with_prefix(prefix))
 
 
+def unlink_owned() -> int:
+    """Unlink every name under this process's key (its stubs' too), then its lock file:
+    for a process about to end without its usual teardown (pbserve's forced exit, whose
+    stubs are killed first). How many names went."""
+    owner = _owner
+    if owner is None or owner.pid != os.getpid():
+        return 0
+    count = unlink_prefix(owner.key + "-")
+    _give_up_ownership(owner)
+    return count
+
+
 def sweep_dead_owners() -> list[str]:
     """Unlink pbserve entries whose owner is gone (a killed server's leftovers); never
     those of an owner that holds its lock, in whatever pid namespace it runs."""

@@ -324,12 +324,18 @@ class Stub:
     def on_auto_complete(self, model_path: str, config_json: str,
                          backend_path: str = "") -> None:
         """Run the class's `auto_complete_config` (Triton calls it on the class) and
-        send the completed config back; None when the model has no such method."""
+        send the completed config back; None when the model has no such method. An
+        error of the method says so (`auto_complete_config: ...`); one importing
+        model.py (a syntax error, a missing package) is told as it is."""
         try:
             cls = self._model_class(model_path, backend_path)
-            if not hasattr(cls, "auto_complete_config"):
-                self.send(p.auto_completed(None, None))
-                return
+        except BaseException as exc:  # noqa: BLE001 - the load fails with any error
+            self.send(p.auto_completed(_describe(exc), None))
+            return
+        if not hasattr(cls, "auto_complete_config"):
+            self.send(p.auto_completed(None, None))
+            return
+        try:
             completed = cls.auto_complete_config(backend_utils.ModelConfig(config_json))
             if not isinstance(completed, backend_utils.ModelConfig):
                 raise TypeError(
@@ -337,7 +343,7 @@ class Stub:
                     f"got '{type(completed).__name__}'")
             self.send(p.auto_completed(None, json.dumps(completed.as_dict())))
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send(p.auto_completed(_describe(exc), None))
+            self.send(p.auto_completed(f"auto_complete_config: {_describe(exc)}", None))
 
     def on_init(self, args: dict, model_path: str, decoupled: bool,
                 backend_path: str = "") -> None:

@@ -139,7 +139,14 @@ def test_an_s3_repository_is_copied_privately_and_followed_in_poll_mode(tmp_path
     finally:
         assert server.stop() == 0
     assert not local.exists()
-    assert SECRET not in server.log_text()
+    log = server.log_text()
+    assert SECRET not in log
+    # what is copied, with sizes, and when it is done; a poll that finds no change: nothing
+    assert re.search(r"copying 2 files \(\d+ B\) of model repository s3://\S+ to ", log), log
+    assert re.search(r"copied 2 files \(\d+ B\) of model repository s3://\S+ in ", log)
+    assert re.search(r"copied 1 file \(\d+ B\) of model repository", log)  # adder's change
+    assert "removed 2 files no longer in model repository" in log
+    assert log.count("copying ") == 3
 
 
 def test_an_explicit_load_reads_the_repository_again(tmp_path, s3, bucket):

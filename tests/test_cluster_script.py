@@ -132,3 +132,52 @@ def test_a_signal_to_the_script_stops_the_frontend_workers_and_nats_server(tmp_p
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def test_ctrl_c_with_the_output_through_tee_leaves_nothing_behind(tmp_path):
+    """`scripts/cluster.py ... 2>&1 | tee log`, then Ctrl-C: SIGINT reaches the script, its
+    workers and frontend, and tee, which dies: every later write of theirs finds a
+    broken pipe. The script must still stop everything it started (issue 40: the
+    frontend was left running, orphaned, and the nats store stayed)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "models/examples" / "identity", repo / "identity")
+    http, grpc, metrics = free_ports(3)
+    stores = tmp_path / "tmp"
+    stores.mkdir()
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--model-repository", str(repo), "--http-port",
+         str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
+        stdout=write_end, stderr=write_end, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(stores)})
+    os.close(write_end)
+    reader = os.fdopen(read_end, "rb")
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+        deadline = time.monotonic() + 60
+        while not _ready(client, "identity"):
+            assert proc.poll() is None and time.monotonic() < deadline, "not ready"
+            time.sleep(0.1)
+        children = _children(proc.pid)
+        reader.close()  # tee is gone ...
+        os.killpg(proc.pid, signal.SIGINT)  # ... as Ctrl-C in the terminal ended it
+        proc.wait(60)
+        deadline = time.monotonic() + 60
+        while [p for p in children if os.path.exists(f"/proc/{p}")]:
+            assert time.monotonic() < deadline, (
+                f"the cluster's processes outlived it: {_command_lines(children)}")
+            time.sleep(0.1)
+        assert not [p for p in stores.iterdir() if p.name.startswith(nats_store.PREFIX)]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if not reader.closed:
+            reader.close()
+
+
+def _ready(client: httpclient.InferenceServerClient, model: str) -> bool:
+    try:
+        return client.is_server_ready() and client.is_model_ready(model)
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False

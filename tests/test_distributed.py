@@ -139,6 +139,21 @@ def test_frontend_serves_the_workers_models_from_the_registry(plane):
         client.get_model_metadata("nope")
 
 
+def test_client_shared_memory_through_a_frontend_is_refused_naming_why(plane):
+    """--allow-client-shm is true on the frontend too: the error must not tell the user
+    to set it, but that a frontend has no client regions, and what to do instead."""
+    client = plane.frontend.http_client()
+    with pytest.raises(InferenceServerException) as refused:
+        client.register_system_shared_memory("r", "/client_region", 64)
+    message = refused.value.message()
+    assert "not supported by a pbserve frontend of the request plane" in message
+    assert "--allow-client-shm" not in message
+    grpc = plane.frontend.grpc_client()
+    with pytest.raises(InferenceServerException, match="not supported by a pbserve "
+                                                       "frontend"):
+        grpc.register_system_shared_memory("r", "/client_region", 64)
+
+
 def test_infer_through_the_frontend_shares_the_load_between_workers(plane):
     # sleepy has one instance on each worker, so each takes one request at a time.
     client = plane.frontend.http_client(concurrency=4)

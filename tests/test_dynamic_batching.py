@@ -402,6 +402,9 @@ def test_the_batchers_timer_takes_a_deadline_already_passed(loop_factory):
         sooner = arm(loop, later, loop.time() + 0.01, lambda: fired.append("sooner"))
         assert sooner is not later and later.cancelled()
         loop.run_until_complete(asyncio.sleep(0.05))
-        assert fired == ["past", "sooner"]
+        # Both fired, the cancelled one not; in which order depends on whether 10 ms
+        # passed before the loop's first turn (uvloop runs due timers before ready
+        # handles), which a busy machine decides.
+        assert sorted(fired) == ["past", "sooner"]
     finally:
         loop.close()

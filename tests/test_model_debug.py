@@ -146,6 +146,58 @@ def test_breakpoint_opens_pdb_on_the_servers_terminal(repo: Path) -> None:
     assert child.exitstatus == 0 or child.signalstatus is None
 
 
+def _spawn(repo: Path, model: str, ports: list[int]):
+    pexpect = pytest.importorskip("pexpect")
+    http, grpc, metrics = ports
+    return pexpect.spawn(
+        sys.executable, ["-m", "pbserve", "--model-repository", str(repo), "--model-debug",
+                         model, "--http-port", str(http), "--grpc-port", str(grpc),
+                         "--metrics-port", str(metrics)],
+        encoding="utf-8", timeout=90, env={**os.environ, "PYTHONBREAKPOINT": ""})
+
+
+def test_ctrl_c_after_continue_stops_the_server(repo: Path) -> None:
+    """Ctrl-C at the terminal (SIGINT to the foreground process group: the server and
+    the debugged stub) after `c` at the pdb prompt: the server shuts down cleanly, and
+    the stub does not drop into pdb inside pbserve's own code."""
+    pexpect = pytest.importorskip("pexpect")
+    ports = free_ports(3)
+    child = _spawn(repo, "m", ports)
+    try:
+        child.expect("Started HTTPService")
+        result: list = []
+        request = threading.Thread(target=lambda: result.append(_infer(f"127.0.0.1:{ports[0]}")))
+        request.start()
+        child.expect(r"\(Pdb\) ")
+        child.sendline("c")
+        request.join(60)
+        assert result == [[2.0, 3.0]]
+        child.sendcontrol("c")
+        child.expect("a second Ctrl-C or SIGTERM exits at once")
+        child.expect(pexpect.EOF, timeout=60)
+        after = child.before
+    finally:
+        if child.isalive():
+            os.killpg(child.pid, signal.SIGKILL)
+        child.close()
+    assert "(Pdb)" not in after and "SignalError" not in after, after
+    assert "did not finalize" not in after, after
+    assert child.exitstatus == 0, after
+
+
+def test_model_debug_naming_no_model_is_refused(repo: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    child = _spawn(repo, "n", free_ports(3))
+    try:
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert "--model-debug 'n': no such model in the model repository (its models: 'm')" \
+        in child.before
+    assert "successfully loaded" not in child.before
+    assert child.exitstatus == 1
+
+
 def _dap(sock: socket.socket, seq: int, command: str, arguments: dict) -> dict:
     body = json.dumps({"seq": seq, "type": "request", "command": command,
                        "arguments": arguments}).encode()

@@ -101,3 +101,35 @@ def test_instances_name_the_process_behind_a_worker_name():
     update.value = json.dumps({"model": "a", "worker": "w1", "instance": "new"}).encode()
     view._apply(update)  # started again under its name: the entry is overwritten
     assert view.instances("w1") == {"new"} and view.instances("w9") == set()
+
+
+class _QueueWatcher:
+    """Waits for its updates as nats-py's KeyWatcher does: `asyncio.wait_for` on a queue,
+    which (before Python 3.12) returns an update that arrives in the same turn of the loop
+    as a cancellation, and drops the cancellation."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue.put_nowait(None)  # the initial values' end
+
+    async def updates(self, timeout: float) -> SimpleNamespace | None:
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except asyncio.TimeoutError:
+            raise registry.nats.errors.TimeoutError from None
+
+    async def stop(self) -> None:
+        pass
+
+
+async def test_stop_ends_the_view_when_an_update_comes_with_the_cancellation():
+    """Issue 40: a frontend and its worker stopped together (Ctrl-C to a process group);
+    the worker's deletes reach the view just as the frontend stops it. One cancel was
+    dropped by wait_for, the view's loop went on, and stop() waited for good."""
+    watcher = _QueueWatcher()
+    view = RegistryView(_Bucket(watcher), ttl_s=30)  # type: ignore[arg-type]
+    await view.start()
+    await asyncio.sleep(0.01)  # the view's task waits in updates()
+    watcher.queue.put_nowait(SimpleNamespace(operation="DEL", key="a.w1", value=b""))
+    await asyncio.wait_for(view.stop(), 5)  # the update and the cancel in one turn
+    assert view._task is None

@@ -73,7 +73,7 @@ def test_a_missing_repository_is_tritons_internal_error(tmp_path: Path) -> None:
     with pytest.raises(ServerError) as info:
         scan_repositories([tmp_path / "nope"])
     assert info.value.code == ErrorCode.INTERNAL
-    assert info.value.message == f"failed to open directory {tmp_path / 'nope'}"
+    assert info.value.message == f"failed to stat file {tmp_path / 'nope'}"
 
 
 @pytest.mark.skipif(not CONFORMANCE_MODELS.is_dir(), reason="conformance models not present")

@@ -253,9 +253,15 @@ def test_an_ensemble_caches_its_responses_at_its_top_level(repo):
         stats = _stats(server, "ens")["inference_stats"]
         assert (stats["cache_hit"]["count"], stats["cache_miss"]["count"]) == (2, 2)
         assert _stats(server, "uncached")["inference_stats"]["success"]["count"] == 2
-        # As Triton: an ensemble has no per-model cache metrics
-        assert 'nv_cache_num_hits_per_model{model="ens"' not in \
-            urllib.request.urlopen(server.metrics_url).read().decode()
+        # As Triton 2.51: the ensemble's own per-model cache metrics (not its step's)
+        metrics = _metrics(server)
+        labels = '{model="ens",version="1"}'
+        assert metrics[f"nv_cache_num_hits_per_model{labels}"] == 2
+        assert metrics[f"nv_cache_num_misses_per_model{labels}"] == 2
+        assert f"nv_cache_hit_duration_per_model{labels}" in metrics
+        assert f"nv_cache_miss_duration_per_model{labels}" in metrics
+        assert 'nv_cache_num_hits_per_model{model="uncached",version="1"}' not in metrics
+        assert metrics[f"nv_inference_request_success{labels}"] == 4
 
 
 def test_a_reloaded_model_does_not_answer_with_what_its_previous_load_made(repo):

@@ -346,7 +346,7 @@ def test_an_interpreter_that_cannot_run_a_zygote_starts_its_stubs_the_plain_way(
     with running_server(repo, log_path=tmp_path / "log") as server:
         probe = report(server)
         assert probe["ppid"] == server.pid
-        assert "could not start" in server.log_text()
+        assert "could not start (it exited with status 3)" in server.log_text()
         assert "plain way" in server.log_text()
 
 

@@ -23,6 +23,7 @@ from pbserve.backend.model import Model
 from pbserve.backend.config.config_checks import ENSEMBLE_PLATFORM, validate_io_config
 from pbserve.backend.ensemble.model import EnsembleModel
 from pbserve.backend.ensemble.remote_step import RemoteStep
+from pbserve.backend.load_progress import LoadProgress
 from pbserve.backend.loaded_model import LoadedModel
 from pbserve.backend.input_placer import InputPlacer
 from pbserve.backend.instances.block_refs import BlockRefs
@@ -167,16 +168,32 @@ class ModelManager:
             self._launcher.prepare(sys.executable, stub_environment())
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
         slots = asyncio.Semaphore(max(1, self.load_thread_count))
+        progress = LoadProgress(len(names))
+        failed_before = {n for n in names if n in self._entries and self._entries[n].failed}
 
         async def load(name: str) -> None:
             async with slots:
                 entry = self._entry(name)
                 entry.explicit = True
-                if entry.state != READY:  # else an ensemble loaded it
-                    await self._load(name)
+                progress.begin(name)
+                try:
+                    await self._load_unless_tried(entry, name in failed_before)
+                finally:
+                    progress.end(name)
         await asyncio.gather(*(load(n) for n in names), return_exceptions=True)
+        progress.close()
         if self._poller is not None:
             self._poller.start()
+
+    async def _load_unless_tried(self, entry: ModelEntry, failed_before: bool) -> None:
+        """A start-up load of a model an ensemble's load may have loaded (or tried to)
+        meanwhile, or be loading now: its outcome stands, not loaded (and logged) again.
+        `failed_before`: it had failed before the start-up loads began (a duplicate)."""
+        if entry.lock.locked():
+            async with entry.lock:
+                pass
+        if entry.state != READY and (failed_before or not entry.failed):
+            await self._load(entry.name)
 
     def _startup_names(self) -> list[str]:
         scanned = self._scan()
@@ -188,6 +205,10 @@ class ModelManager:
             return list(scanned.models)
         return list(dict.fromkeys(k for n in self.startup_models
                                   for k in self._ns.keys_of(n, scanned.models) or [n]))
+
+    def repository_models(self) -> list[str]:
+        """The names of the models in the repositories now (loaded or not)."""
+        return list(self._scan().models)
 
     def _scan(self) -> RepositoryScan:
         return scan_repositories(self.repositories, self._ns.enabled)
@@ -208,6 +229,12 @@ class ModelManager:
         """Shutdown's time is up (`--exit-timeout-secs`): every request still queued or
         running gets `error`, which the frontends deliver. How many there were."""
         return sum(model.end_requests(error) for entry in self._entries.values()
+                   for model in entry.versions.values())
+
+    def requests_in_flight(self) -> int:
+        """Inference requests queued or running in every model (ensembles' own count
+        beside their steps')."""
+        return sum(model.stats.pending for entry in self._entries.values()
                    for model in entry.versions.values())
 
     async def stop(self) -> None:
@@ -440,8 +467,7 @@ class ModelManager:
             log.info("successfully loaded '%s'", name)
             self._reload_waiting(name)
             if old:
-                await asyncio.gather(*(m.unload() for m in old.values()),
-                                     return_exceptions=True)
+                await self._unload_models(name, list(old.values()))
             remove_override(old_dir)
 
     def _source_path(self, name: str) -> Path | None:
@@ -616,4 +642,12 @@ class ModelManager:
     async def _unload_versions(self, entry: ModelEntry) -> None:
         entry.state = UNLOADING
         models, entry.versions = list(entry.versions.values()), {}
-        await asyncio.gather(*(m.unload() for m in models), return_exceptions=True)
+        await self._unload_models(entry.name, models)
+
+    @staticmethod
+    async def _unload_models(name: str, models: list[Model | EnsembleModel]) -> None:
+        """Unload versions of `name` together; Triton's line for each one that went."""
+        results = await asyncio.gather(*(m.unload() for m in models), return_exceptions=True)
+        for model, result in zip(models, results):
+            if not isinstance(result, BaseException):
+                log.info("successfully unloaded '%s' version %s", name, model.version)

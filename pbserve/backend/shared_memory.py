@@ -72,10 +72,14 @@ class _Region:
 class SharedMemoryManager:
     def __init__(self, regions: RegionMap, on_unmapped: Callable[[str], None],
                  allow_client_shm: bool = True,
-                 gpus: Callable[[], list[int]] = lambda: []) -> None:
+                 gpus: Callable[[], list[int]] = lambda: [],
+                 refusal: str = CLIENT_SHM_DISABLED) -> None:
+        """`refusal`: the error's words when client regions are refused (the flag's by
+        default; a frontend of the request plane says why it has none)."""
         self._map = regions  # the parent's RegionMap: windows are viewed through it
         self._on_unmapped = on_unmapped
         self.allow_client_shm = allow_client_shm
+        self._refusal = refusal
         self._gpus = gpus
         self._regions: dict[str, _Region] = {}
         self._serials = itertools.count(1)
@@ -232,7 +236,7 @@ class SharedMemoryManager:
     def check_allowed(self) -> None:
         """UNSUPPORTED, in Triton's words, when the server refuses client regions."""
         if not self.allow_client_shm:
-            raise ServerError(ErrorCode.UNSUPPORTED, CLIENT_SHM_DISABLED)
+            raise ServerError(ErrorCode.UNSUPPORTED, self._refusal)
 
 
 def _check_key(name: str, key: str) -> None:

@@ -16,8 +16,9 @@ from pbserve.server.grpc.h2.limits import (
 )
 
 
-def add_grpc_limit_flags(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
+def add_grpc_limit_flags(flags: argparse._ActionsContainer) -> None:
+    """Add the gRPC transport's limit flags to `flags` (a parser or one of its groups)."""
+    add = flags.add_argument
     add("--grpc-header-timeout-secs", type=float, default=DEFAULT_HEADER_TIMEOUT_S,
         help="pbserve: seconds an HTTP/2 header block may take to arrive (0: no limit)")
     add("--grpc-body-timeout-secs", type=float, default=DEFAULT_BODY_TIMEOUT_S,

@@ -29,14 +29,18 @@ USED_BACKEND_CONFIG = {("python", "default-max-batch-size"), ("python", "shm-def
                        ("python", "shm-growth-byte-size")}
 
 
-def add_ignored_flags(parser: argparse.ArgumentParser) -> None:
-    """Accept each ignored flag (unless the parser already defines it)."""
+def add_ignored_flags(flags: argparse._ActionsContainer) -> list[str]:
+    """Accept each ignored flag (unless `flags`, a parser or one of its groups, already
+    has it), out of --help's list; the flags added (for --help to name)."""
+    added = []
     for name in IGNORED + IGNORED_REPEATABLE:
-        if f"--{name}" in parser._option_string_actions:
+        if f"--{name}" in flags._option_string_actions:
             continue
-        parser.add_argument(f"--{name}", default=None, metavar="VALUE",
-                            action="append" if name in IGNORED_REPEATABLE else "store",
-                            help="accepted for compatibility with tritonserver; ignored")
+        flags.add_argument(f"--{name}", default=None, metavar="VALUE",
+                           action="append" if name in IGNORED_REPEATABLE else "store",
+                           help=argparse.SUPPRESS)
+        added.append(f"--{name}")
+    return added
 
 
 def warn_ignored(args: argparse.Namespace) -> list[str]:

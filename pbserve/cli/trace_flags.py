@@ -12,19 +12,26 @@ from pbserve.backend.observability import otel_trace
 from pbserve.backend.observability.tracing import LEVELS, TRACER, TraceSetting
 
 
-def add_trace_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the trace flags to `parser`."""
-    add = parser.add_argument
-    add("--trace-config", action="append", default=[], metavar="[MODE,]SETTING=VALUE",
+def add_trace_flags(flags: argparse._ActionsContainer) -> None:
+    """Add --trace-config to `flags` (a parser or one of its groups)."""
+    flags.add_argument(
+        "--trace-config", action="append", default=[], metavar="[MODE,]SETTING=VALUE",
         help="rate=N, level=TIMESTAMPS|TENSORS|OFF (repeatable), count=N, "
              "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
              "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE (repeatable), "
              "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N")
-    add("--trace-file", default=None)
-    add("--trace-level", action="append", default=None)
-    add("--trace-rate", type=int, default=None)
-    add("--trace-count", type=int, default=None)
-    add("--trace-log-frequency", type=int, default=None)
+
+
+def add_deprecated_trace_flags(flags: argparse._ActionsContainer) -> None:
+    """Add tritonserver's older trace flags (each a --trace-config setting) to `flags`."""
+    add = flags.add_argument
+    add("--trace-file", default=None, help="--trace-config triton,file=PATH")
+    add("--trace-level", action="append", default=None,
+        help="--trace-config level=TIMESTAMPS|TENSORS|OFF (repeatable)")
+    add("--trace-rate", type=int, default=None, help="--trace-config rate=N")
+    add("--trace-count", type=int, default=None, help="--trace-config count=N")
+    add("--trace-log-frequency", type=int, default=None,
+        help="--trace-config triton,log-frequency=N")
 
 
 def trace_mode(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:

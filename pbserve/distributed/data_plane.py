@@ -30,6 +30,7 @@ from typing import Callable
 
 from pbserve.backend.types import Buffer, TensorData
 from pbserve.errors import ErrorCode, ServerError
+from pbserve.task_stop import cancel_and_wait
 
 log = logging.getLogger("pbserve.distributed")
 
@@ -169,12 +170,8 @@ class DataPlane:
 
     async def stop(self) -> None:
         """Stop listening and free everything held (twice is harmless)."""
-        if self._accepting is not None:
-            self._accepting.cancel()
-            await asyncio.gather(self._accepting, return_exceptions=True)
-        for task in list(self._serving):
-            task.cancel()
-        await asyncio.gather(*self._serving, return_exceptions=True)
+        await cancel_and_wait(self._accepting)
+        await cancel_and_wait(list(self._serving))
         if self._sock is not None:
             self._sock.close()
         for token in list(self._held):

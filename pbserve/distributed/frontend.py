@@ -42,6 +42,11 @@ from shm.pool import RegionMap
 # What a frontend does not do (yet): shared memory is the workers'. The repository
 # extension is there when the workers answer it (model_control.py).
 _FRONTEND_EXTENSIONS = [e for e in EXTENSIONS if e != "system_shared_memory"]
+FRONTEND_SHM_REFUSED = (
+    "Client shared memory is not supported by a pbserve frontend of the request plane "
+    "(--request-plane without --model-repository): a client's region is memory of the "
+    "host its model runs on. Send the tensors in the request, or register the region "
+    "with the worker's own HTTP or gRPC endpoint on that host")
 
 
 class PlaneCore:
@@ -58,7 +63,8 @@ class PlaneCore:
         self.control: PlaneControl | None = None  # the repository API (set by Node)
         # Clients' shared memory is local to a worker's host: refused here.
         self.shared_memory = SharedMemoryManager(RegionMap(), lambda token: None,
-                                                 allow_client_shm=False)
+                                                 allow_client_shm=False,
+                                                 refusal=FRONTEND_SHM_REFUSED)
 
     # -- health and metadata -------------------------------------------------------------
     def is_live(self) -> bool:
@@ -211,8 +217,7 @@ class PlaneCore:
         self._check_plane(request.model_name)  # first: the registry empties while away
         self._entry(request.model_name, request.model_version)
         if request.uses_shm:
-            raise ServerError(ErrorCode.UNSUPPORTED, "shared memory regions are not "
-                              "available through a pbserve frontend")
+            raise ServerError(ErrorCode.UNSUPPORTED, FRONTEND_SHM_REFUSED)
         held = self._data_plane.group()
         try:
             payload = encode_request(request, stream, held)

@@ -28,6 +28,7 @@ from pbserve.backend.repository.repository import (
 from pbserve.distributed.registry import RegistryView
 from pbserve.distributed.request_plane import token
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
+from pbserve.task_stop import cancel_and_wait
 
 log = logging.getLogger("pbserve.distributed")
 
@@ -60,9 +61,7 @@ class ControlResponder:
         if self._sub is not None:
             with contextlib.suppress(nats.errors.Error):
                 await self._sub.unsubscribe()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))
 
     async def _on_msg(self, msg: Msg) -> None:
         # Each in its own task: a long load does not hold up the next message.

@@ -23,6 +23,7 @@ from pbserve.distributed.remote_models import PlaneModels, RoutingCore
 from pbserve.distributed.registry import Registry, RegistryView, open_bucket
 from pbserve.distributed.request_plane import ConnectionOptions, Plane, request_stream
 from pbserve.distributed.worker import PlaneWorker
+from pbserve.distributed.worker_log import WorkerLog
 
 # The registry TTL is this many heartbeats: one late beat does not drop a worker.
 TTL_BEATS = 3
@@ -81,7 +82,9 @@ class Node:
             await data.start()
             js = await request_stream(nc)
             kv = await open_bucket(js, ttl_s)
-            view = RegistryView(kv, ttl_s=ttl_s)
+            # a frontend logs the workers it sees come and go (worker_log.py)
+            view = RegistryView(kv, ttl_s=ttl_s,
+                                on_change=WorkerLog(ttl_s).changed if manager is None else None)
             await view.start()
             core = PlaneCore(nc, js, view, check_s=heartbeat_s / 2, data_plane=data,
                              plane=plane)

@@ -24,7 +24,7 @@ import json
 import logging
 import secrets
 import time
-from typing import Any
+from typing import Any, Callable
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -33,6 +33,7 @@ from nats.js.errors import BadRequestError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from pbserve.distributed.request_plane import token
+from pbserve.task_stop import cancel_and_wait
 
 log = logging.getLogger("pbserve.distributed")
 
@@ -95,9 +96,13 @@ class RegistryView:
     this process's clock) is gone, as it soon is from the bucket.
     """
 
-    def __init__(self, kv: KeyValue, ttl_s: float) -> None:
+    def __init__(self, kv: KeyValue, ttl_s: float,
+                 on_change: Callable[[str, Entry | None], None] | None = None) -> None:
+        """`on_change(key, entry)`: called with each update applied (None: deleted),
+        heartbeats included (a frontend's worker_log.py)."""
         self._kv = kv
         self._ttl_s = ttl_s
+        self._on_change = on_change
         self._seen: dict[str, tuple[float, Entry]] = {}  # key -> (when put, entry)
         self._pruned_at = time.monotonic()
         self._watcher = None
@@ -111,10 +116,8 @@ class RegistryView:
         self._task = asyncio.create_task(self._follow(), name="pbserve-registry")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancel_and_wait(self._task)  # again and again: see task_stop.py
+        self._task = None
         if self._watcher is not None:
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
                 await self._watcher.stop()
@@ -151,11 +154,16 @@ class RegistryView:
     def _apply(self, update: Any) -> None:
         if update.operation in (KV_DEL, KV_PURGE) or not update.value:
             self._seen.pop(update.key, None)
+            if self._on_change is not None:
+                self._on_change(update.key, None)
             return
         try:
-            self._seen[update.key] = (time.monotonic(), json.loads(update.value))
+            self._seen[update.key] = (time.monotonic(), entry := json.loads(update.value))
         except ValueError:
             log.warning("registry entry '%s' is not JSON: ignored", update.key)
+        else:
+            if self._on_change is not None:
+                self._on_change(update.key, entry)
         self._prune()
 
     def _prune(self) -> None:

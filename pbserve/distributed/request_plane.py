@@ -33,6 +33,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError
+from pbserve.task_stop import cancel_and_wait
 
 log = logging.getLogger("pbserve.distributed")
 
@@ -216,9 +217,7 @@ class Plane:
 
     async def close(self) -> None:
         self._closing = True
-        if self._restoring is not None:
-            self._restoring.cancel()
-            await asyncio.gather(self._restoring, return_exceptions=True)
+        await cancel_and_wait(self._restoring)
         if self.nc.is_connected:
             try:
                 await self.nc.drain()

@@ -34,6 +34,7 @@ from pbserve.distributed.statistics import StatisticsResponder
 from pbserve.distributed.request_plane import (
     REPLY_HEADER, STREAM, CANCEL_SUBJECT, infer_subject, token)
 from pbserve.errors import ErrorCode, ServerError
+from pbserve.task_stop import cancel_and_wait
 
 log = logging.getLogger("pbserve.distributed")
 
@@ -82,9 +83,7 @@ class PlaneWorker:
     async def stop(self, grace_s: float) -> None:
         """Leave the registry, stop pulling, let requests in flight finish (`grace_s`),
         then cancel those left."""
-        if self._beat is not None:
-            self._beat.cancel()
-            await asyncio.gather(self._beat, return_exceptions=True)
+        await cancel_and_wait(self._beat)
         # Cut off from the plane, each delete would wait out its timeout: the TTL ends
         # the entries then.
         if self._nc.is_connected:
@@ -95,9 +94,7 @@ class PlaneWorker:
         tasks = list(self._serving.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await cancel_and_wait(pending)
         if self._cancel_sub is not None:
             with contextlib.suppress(nats.errors.Error):
                 await self._cancel_sub.unsubscribe()
@@ -256,9 +253,7 @@ class _Feed:
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await cancel_and_wait(self._task)  # its fetch may drop one cancellation
         if self._sub is not None:
             with contextlib.suppress(nats.errors.Error):
                 await self._sub.unsubscribe()

@@ -60,6 +60,8 @@ class EnsembleModel:
         # Triton caches an ensemble's responses at its top level (not per step)
         self._cache = cache if cfg.response_cache.enable else None
         self._cache_load = new_load()  # this load's entries only (cached_infer.py)
+        # its nv_cache_*_per_model metrics, as Triton 2.51 shows an ensemble's
+        self.stats.cache_enabled = self._cache is not None
 
     # -- lifecycle --------------------------------------------------------------------
     async def load(self, auto_complete: bool = True) -> None:

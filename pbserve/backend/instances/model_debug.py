@@ -14,6 +14,7 @@ Set once by the command line before any model loads (as the backend directory is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -44,3 +45,14 @@ def stub_debug_args(model_name: str) -> list[str]:
         return []
     return [*(["--debug-terminal"] if _settings.terminal else []),
             *(["--debug-port", _settings.port] if _settings.port else [])]
+
+
+def unknown_debugged_model(models: Iterable[str]) -> str | None:
+    """The error for a --model-debug that names none of `models` (the repository's), or
+    None: checked before any model loads, so a typo is not a silent no-op."""
+    names = sorted(models)
+    if not _settings.model or _settings.model in names:
+        return None
+    shown = ", ".join(f"'{n}'" for n in names[:10]) + (", ..." if len(names) > 10 else "")
+    return (f"--model-debug '{_settings.model}': no such model in the model repository "
+            f"(its models: {shown or 'none'})")

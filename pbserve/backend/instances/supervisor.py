@@ -200,9 +200,9 @@ class StubSupervisor:
         if error is not None:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
+            # the stub says `auto_complete_config: ` when the method itself failed
             raise ServerError(ErrorCode.INVALID_ARG,
-                              f"failed to load '{self.spec.model_name}': "
-                              f"auto_complete_config: {error}")
+                              f"failed to load '{self.spec.model_name}': {error}")
         return config
 
     async def _expect(self, kind: int, what: str, timeout: float | None = START_TIMEOUT_S

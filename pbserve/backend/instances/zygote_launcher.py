@@ -30,6 +30,7 @@ from pbserve.backend.instances.stub_launch import LaunchedStub, PlainLauncher, S
 
 log = logging.getLogger("pbserve.backend")
 READY_TIMEOUT_S = 60.0
+EXIT_WAIT_S = 2.0  # a zygote that closed its socket before it was ready: its exit code
 MAX_MESSAGE = 1 << 20
 # Room in the zygote's argument strings for a forked stub's command line, which it
 # writes there (stub/zygote.py, `_show_command_line`): `ps` shows each stub's own.
@@ -105,6 +106,15 @@ class ZygoteLauncher:
             await zygote.wait_closed()
 
 
+def _ended(code: int | None) -> str:
+    """How a zygote ended, by its exit code (None: it had not when last looked at)."""
+    if code is None:
+        return "it closed its connection to the server"
+    if code < 0:
+        return f"it was killed by signal {-code}"
+    return f"it exited with status {code}"
+
+
 def _identity(stat: os.stat_result) -> tuple:
     return stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size
 
@@ -123,6 +133,7 @@ class Zygote:
         self.interpreter: tuple = ()  # the identity of its interpreter file when started
         self._retired = False  # replaced: it ends when its last stub does
         self._ready: asyncio.Future = loop.create_future()
+        self._ready_failing: asyncio.Task | None = None  # _fail_ready, once it runs
         self._pending: dict[int, asyncio.Future] = {}
         self._stubs: dict[int, ZygoteStub] = {}
         self._ids = itertools.count(1)
@@ -208,10 +219,8 @@ class Zygote:
         self.dead = True
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
-        if not self._ready.done():
-            self._ready.set_exception(ZygoteUnavailable(
-                f"it exited with status {self.proc.poll()}"))
-            self._ready.exception()  # retrieved: wait_ready may never be called
+        if not self._ready.done():  # its socket closed as it exits: say how it ended
+            self._ready_failing = self._loop.create_task(self._fail_ready())
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ConnectionError("the stub zygote ended"))
@@ -227,6 +236,16 @@ class Zygote:
         self._retired = True
         if not self._stubs and not self._pending:
             self.close()
+
+    async def _fail_ready(self) -> None:
+        """A zygote that ended before it was ready: the wait for it fails with its exit
+        status (once the process is reaped, EXIT_WAIT_S at most)."""
+        deadline = self._loop.time() + EXIT_WAIT_S
+        while self.proc.poll() is None and self._loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if not self._ready.done():
+            self._ready.set_exception(ZygoteUnavailable(_ended(self.proc.returncode)))
+            self._ready.exception()  # retrieved: wait_ready may never be called
 
     def close(self) -> None:
         """End the zygote (the server's stubs are stopped by now)."""

@@ -98,6 +98,9 @@ class ServerLog:
 
     def __init__(self) -> None:
         self.settings = LogSettings()
+        # log_verbose_level > 0: the one bool the request paths check before their
+        # verbose lines (pbserve/server/request_log.py)
+        self.verbose = False
         self._handler: logging.Handler | None = None
         self._listeners: weakref.WeakSet = weakref.WeakSet()
 
@@ -120,7 +123,7 @@ class ServerLog:
         self._apply_level()
 
     def _apply_level(self) -> None:
-        verbose = self.settings.log_verbose_level > 0
+        verbose = self.verbose = self.settings.log_verbose_level > 0
         logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)
         os.environ[VERBOSE_ENV] = str(self.settings.log_verbose_level)
 

@@ -83,8 +83,8 @@ class ModelStats:
     batches: dict[int, list[int]] = field(default_factory=dict)
     # a decoupled model's responses by index (response_stats.py)
     responses: ResponseStats = field(default_factory=ResponseStats)
-    # whether the nv_cache_*_per_model families show it (a model's, not an ensemble's: as
-    # Triton, whose ensembles use the cache but report no cache metrics)
+    # whether the nv_cache_*_per_model families show it (a model's or an ensemble's that
+    # uses the response cache, as Triton 2.51)
     cache_enabled: bool = False
 
     @property

@@ -2,7 +2,8 @@
 Triton names them: each is copied into a private local directory (mode 0700, removed at
 exit) that the model manager serves, and copied again before each poll (poll mode) and
 each load request (explicit mode): files that changed are downloaded, files that are gone
-are removed, the others are left alone (the poller sees only real changes).
+are removed, the others are left alone (the poller sees only real changes). A copy
+that downloads anything logs what and how much, and when it is done (copy_log.py).
 
 Paths, as Triton's: `s3://bucket/path`, `s3://host:port/bucket/path` (a private S3 over
 HTTP), `s3://https://host:port/bucket/path`; `gs://bucket/path`;
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pbserve.backend.repository.cloud_credentials import storage_options
+from pbserve.backend.repository.copy_log import CopyLog
 
 log = logging.getLogger("pbserve.backend")
 
@@ -90,11 +92,16 @@ class CloudRepository:
                 continue  # an object name that would leave the copy
             wanted[relative] = (info.get("size"),
                                 next((str(info[f]) for f in _VERSION_FIELDS if f in info), ""))
-        for relative, version in wanted.items():
-            if self._have.get(relative) != version:
-                self._download(posixpath.join(prefix, relative), relative)
-                self._have[relative] = version
-        for relative in [r for r in self._have if r not in wanted]:
+        fetch = {r: v for r, v in wanted.items() if self._have.get(r) != v}
+        progress = CopyLog(self.url, str(self.local), len(fetch),
+                           sum(_size(v) for v in fetch.values()))
+        for relative, version in fetch.items():
+            self._download(posixpath.join(prefix, relative), relative)
+            self._have[relative] = version
+            progress.file_done(_size(version))
+        gone = [r for r in self._have if r not in wanted]
+        progress.finish(removed=len(gone))
+        for relative in gone:
             del self._have[relative]
             target = self.local / relative
             target.unlink(missing_ok=True)
@@ -112,6 +119,12 @@ class CloudRepository:
 
     def close(self) -> None:
         shutil.rmtree(self.local, ignore_errors=True)
+
+
+def _size(version: tuple) -> int:
+    """The size a listing gave an object (its version's first field), 0 if none."""
+    size = version[0]
+    return size if isinstance(size, int) else 0
 
 
 class CloudRepositories:

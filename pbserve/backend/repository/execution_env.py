@@ -21,6 +21,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.backend.instances.private_dir import UntrustedDirectory, private_dir
+from pbserve.backend.repository.env_check import check_stub_packages
 from pbserve.errors import invalid_arg
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
@@ -31,7 +32,8 @@ _INTERPRETERS = ("bin/python", "bin/python3")
 
 def stub_python(cfg: mc.ModelConfig, model_dir: Path) -> str | None:
     """The interpreter for the model's stubs; None (the server's own) when the config
-    names no environment. Unpacks an archive (blocking: call it off the event loop)."""
+    names no environment. Unpacks an archive and checks that the environment holds what
+    the stub imports (env_check.py; blocking: call it off the event loop)."""
     if ENV_PARAMETER not in cfg.parameters:
         return None
     path = cfg.parameters[ENV_PARAMETER].string_value.replace(MODEL_DIR_VARIABLE,
@@ -48,6 +50,7 @@ def stub_python(cfg: mc.ModelConfig, model_dir: Path) -> str | None:
                           f"directory nor a {ARCHIVE_SUFFIX} archive")
     for name in _INTERPRETERS:
         if os.access(env / name, os.X_OK):
+            check_stub_packages(str(env / name), path, cfg.name)
             return str(env / name)
     raise invalid_arg(f"Path {env / _INTERPRETERS[0]} does not exist. The Python environment "
                       f"of model '{cfg.name}' should contain a '{_INTERPRETERS[0]}' interpreter.")

@@ -73,7 +73,7 @@ def scan_repositories(repositories: Iterable[Path], namespacing: bool = False
     places: dict[str, list[ModelSource]] = {}
     for repository in repositories:
         repository = Path(repository)
-        for name in _subdirectories(repository):
+        for name in model_names(repository):
             places.setdefault(name, []).append(
                 ModelSource(name, repository / name, repository))
     scan = RepositoryScan()
@@ -89,6 +89,28 @@ def scan_repositories(repositories: Iterable[Path], namespacing: bool = False
             log.error("failed to poll model '%s': not unique across all model repositories",
                       name)
     return scan
+
+
+def model_names(repository: Path) -> list[str]:
+    """The names in `repository` (its subdirectories), with tritonserver 2.51's errors
+    for one that is missing ("failed to stat file"), not a directory ("repository path is
+    not a valid directory", then the path) or a directory that cannot be read ("failed to
+    open directory")."""
+    try:
+        is_directory = repository.is_dir()
+        repository.stat()
+    except OSError:
+        raise ServerError(ErrorCode.INTERNAL, f"failed to stat file {repository}") from None
+    if not is_directory:
+        raise ServerError(ErrorCode.INVALID_ARG,
+                          f"repository path is not a valid directory: {repository}")
+    return _subdirectories(repository)
+
+
+def check_repositories(repositories: Iterable[Path]) -> None:
+    """ServerError, as `model_names`, for the first repository that cannot be read."""
+    for repository in repositories:
+        model_names(Path(repository))
 
 
 def find_model(repositories: Iterable[Path], name: str) -> ModelSource:

@@ -17,7 +17,9 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
+from pbserve.backend.observability.log_settings import SERVER_LOG
 from pbserve.errors import MalformedRequest, ServerError
+from pbserve.server import request_log
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.grpc.codec import status_code, status_message
 from pbserve.server.restrictions import GRPC_CATEGORIES, Restriction, grpc_refusal
@@ -60,6 +62,8 @@ def _tolerant(message_type: Any) -> Callable[[bytes], Any]:
 def _checked(behavior: Callable[[Any, Any], Awaitable[Any]], rpc: str,
              errors: ErrorLog) -> Callable[[Any, Any], Awaitable[Any]]:
     async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if SERVER_LOG.verbose:
+            request_log.grpc_call(rpc)
         if type(request) is Undecodable:
             await abort(context, errors.request_failed(rpc, request.error))
         return await behavior(request, context)

@@ -24,6 +24,7 @@ from pbserve.server.grpc.h2.server import H2GrpcServer, h2_handlers, infer_gathe
 from pbserve.server.grpc.handlers import add_service
 from pbserve.server.grpc.service import InferenceServicer
 from pbserve.server.http.limits import DEFAULT_MAX_INPUT_SIZE
+from pbserve.server.listener import Listener
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
@@ -79,17 +80,21 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
                             tls: TlsConfig | None = None,
                             restricted: dict[str, Restriction] | None = None,
                             transport: str = "zttp",
-                            limits: GrpcLimits = GrpcLimits()) -> GrpcServer | H2GrpcServer:
+                            limits: GrpcLimits = GrpcLimits(),
+                            listener: Listener | None = None) -> GrpcServer | H2GrpcServer:
     """Listen on host:port (with TLS when `tls`; `restricted`: the groups
     --grpc-restricted-protocol closes; `transport`: one of TRANSPORTS; `limits`: the zttp
-    transport's timeouts and caps, of which grpcio takes the stream and idle bounds);
-    raises OSError when the address cannot be bound."""
+    transport's timeouts and caps, of which grpcio takes the stream and idle bounds;
+    `listener`: host:port's sockets bound beforehand, pbserve/server/listener.py);
+    raises OSError (BindError, in tritonserver's words) when the address cannot be
+    bound. grpcio binds by itself: it gets the port the moment the listener lets go."""
+    listener = listener or Listener.bind("GRPC", host, port)
     limit = min(2 * max_input_size, MAX_MESSAGE_BYTES)
     servicer = InferenceServicer(core, limits.max_pending_per_connection)
     if transport == "zttp":
         h2 = H2GrpcServer(servicer, h2_handlers(servicer, restricted), limit, limits,
                           infer_gatherers(core))
-        await h2.listen(host, port, tls)
+        await h2.listen(listener, tls)
         log.info("gRPC server (zttp) listening on %s", _target(host, h2.port))
         return h2
     server = grpc.aio.server(options=[
@@ -100,7 +105,8 @@ async def start_grpc_server(core: InferenceCore, host: str, port: int,
         *grpcio_guard_options(limits),
     ], maximum_concurrent_rpcs=limits.max_pending)
     add_service(server, servicer, servicer.errors, restricted)
-    target = _target(host, port)
+    target = _target(host, listener.port)
+    listener.close()
     try:
         if tls is None:
             bound = server.add_insecure_port(target)

@@ -24,6 +24,7 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 from pbserve.backend.api import InferenceCore
 from pbserve.backend.config.model_config import config_from_dict
 from pbserve.backend.types import InferResponse
+from pbserve.backend.observability.log_settings import SERVER_LOG
 from pbserve.backend.observability.tracing import TRACER
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
 from pbserve.server.http import stats as http_stats
@@ -31,7 +32,7 @@ from pbserve.server.grpc import logging as grpc_logging
 from pbserve.server.grpc import shm as grpc_shm
 from pbserve.server.grpc import trace as grpc_trace
 from pbserve.server.error_log import ErrorLog
-from pbserve.server import trace_context
+from pbserve.server import request_log, trace_context
 from pbserve.server.grpc.codec import (
     decode_infer_request,
     encode_infer_response_bytes,
@@ -121,6 +122,8 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     async def _infer_request(self, body: Any, placed: list[Any] | None,
                              context: Any) -> InferResponse:
+        if SERVER_LOG.verbose:
+            request_log.grpc_call("ModelInfer")
         core = self._core
         try:
             request, raw = parse_infer_request(body)
@@ -150,6 +153,8 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: grpc.aio.ServicerContext) -> None:
+        if SERVER_LOG.verbose:
+            request_log.grpc_call("ModelStreamInfer")
         session = StreamSession(self._core, context, self.errors,
                                 self._max_stream_in_flight)
         self._sessions.add(session)

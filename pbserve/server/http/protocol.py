@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable
 import httptools
 
 from pbserve.backend.api import InputPlacer
+from pbserve.backend.observability.log_settings import SERVER_LOG
+from pbserve.server import request_log
 from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit, too_large_message
 from pbserve.server.http.messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
@@ -284,6 +286,8 @@ class HttpConnection(asyncio.Protocol):
         path, _, query = self._url.partition(b"?")
         request = HttpRequest(self._parser.get_method(), path.decode("latin-1"), query,
                               self._headers, self._body.value())
+        if SERVER_LOG.verbose:
+            request_log.http_request(request.method, request.path)
         self._body = _NO_BODY
         self._pending.append((request, self._parser.should_keep_alive()))
         if self._next is not None:

@@ -6,7 +6,9 @@
     await server.close()
 
 Both listen on the running event loop (uvloop when the caller installed it; the
-protocol is loop-agnostic) and talk only to the InferenceCore.
+protocol is loop-agnostic) and talk only to the InferenceCore. Each takes the sockets
+of a `Listener` bound beforehand (pbserve/server/listener.py: the server binds its
+ports before the models load), or binds host:port itself.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.messages import HttpReply, HttpRequest, method_not_allowed, not_found
 from pbserve.server.http.protocol import Handler, HttpConnection, Placer
 from pbserve.server.http.routes import Routes
+from pbserve.server.listener import Listener, Servers
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
@@ -36,7 +39,7 @@ METRICS_MAX_CONNECTIONS = 64
 class HttpServer:
     """A listening socket and its connections; `close()` stops both."""
 
-    def __init__(self, server: asyncio.AbstractServer, connections: ConnectionSet) -> None:
+    def __init__(self, server: Servers, connections: ConnectionSet) -> None:
         self._server = server
         self._connections = connections
 
@@ -63,40 +66,42 @@ class HttpServer:
         await self._server.wait_closed()
 
 
-async def serve(handler: Handler, host: str, port: int, limits: HttpLimits = HttpLimits(),
+async def serve(handler: Handler, listener: Listener, limits: HttpLimits = HttpLimits(),
                 tls: TlsConfig | None = None, placer: Placer | None = None) -> HttpServer:
-    """Listen on host:port (HTTPS with `tls`) and answer every request with `handler`;
-    `placer`: where large infer bodies gather their tensors (protocol.py)."""
-    loop = asyncio.get_running_loop()
+    """Accept on `listener`'s sockets (HTTPS with `tls`) and answer every request with
+    `handler`; `placer`: where large infer bodies gather their tensors (protocol.py)."""
     connections = ConnectionSet(limits)
     tls_options = {}
     if tls is not None:  # a handshake counts as part of the head (connections start after)
         tls_options["ssl"] = tls.ssl_context()
         if limits.header_timeout_s:
             tls_options["ssl_handshake_timeout"] = limits.header_timeout_s
-    server = await loop.create_server(lambda: HttpConnection(handler, connections, placer),
-                                      host, port, reuse_address=True, backlog=1024,
-                                      **tls_options)
+    server = await listener.serve(lambda: HttpConnection(handler, connections, placer),
+                                  **tls_options)
     connections.start()
-    log.info("HTTP%s server listening on %s:%d", "S" if tls else "", host,
-             server.sockets[0].getsockname()[1])
+    log.info("HTTP%s server listening on %s:%d", "S" if tls else "", listener.host,
+             listener.port)
     return HttpServer(server, connections)
 
 
 async def start_http_server(core: InferenceCore, host: str, port: int,
                             limits: HttpLimits = HttpLimits(),
                             tls: TlsConfig | None = None,
-                            restricted: dict[str, Restriction] | None = None) -> HttpServer:
+                            restricted: dict[str, Restriction] | None = None,
+                            listener: Listener | None = None) -> HttpServer:
     """The KServe v2 HTTP/REST endpoint (Triton's --http-port); `restricted`: the groups
-    --http-restricted-api closes (restrictions.py)."""
-    return await serve(Routes(core, limits, restricted), host, port, limits, tls,
+    --http-restricted-api closes (restrictions.py); `listener`: host:port's sockets
+    bound beforehand (else bound here: BindError)."""
+    listener = listener or Listener.bind("HTTP", host, port)
+    return await serve(Routes(core, limits, restricted), listener, limits, tls,
                        core.input_placer)
 
 
 async def start_metrics_server(core: InferenceCore, host: str, port: int,
-                               limits: HttpLimits = HttpLimits()) -> HttpServer:
+                               limits: HttpLimits = HttpLimits(),
+                               listener: Listener | None = None) -> HttpServer:
     """GET /metrics in Prometheus text format (Triton's --metrics-port); scrapers need
-    few connections."""
+    few connections; `listener` as start_http_server's."""
     limits = replace(limits, max_connections=min(
         limits.max_connections or METRICS_MAX_CONNECTIONS, METRICS_MAX_CONNECTIONS))
 
@@ -110,4 +115,4 @@ async def start_metrics_server(core: InferenceCore, host: str, port: int,
             text = await text
         return HttpReply(200, (text.encode(),), CONTENT_METRICS)
 
-    return await serve(metrics, host, port, limits)
+    return await serve(metrics, listener or Listener.bind("Metrics", host, port), limits)

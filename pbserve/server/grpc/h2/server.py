@@ -18,6 +18,7 @@ from pbserve.server.grpc.handlers import SERVICE, method_handlers
 from pbserve.server.grpc.wire import RequestGatherer
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.listener import Listener, Servers
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig
 
@@ -68,10 +69,11 @@ class H2GrpcServer:
         self.connections.errors = ErrorLog(logging.getLogger("pbserve.grpc"))
         self.pending = PendingRequests(limits.max_pending_per_connection, limits.max_pending)
         self.closing = False
-        self._listener: asyncio.AbstractServer | None = None
+        self._listener: Servers | None = None
         self.port = 0
 
-    async def listen(self, host: str, port: int, tls: TlsConfig | None) -> None:
+    async def listen(self, listener: Listener, tls: TlsConfig | None) -> None:
+        """Accept on `listener`'s sockets (pbserve/server/listener.py)."""
         context = None
         if tls is not None:
             context = tls.ssl_context()
@@ -79,12 +81,10 @@ class H2GrpcServer:
         options: dict[str, Any] = {}
         if tls is not None and self.limits.header_timeout_s:  # a handshake is a head's
             options["ssl_handshake_timeout"] = self.limits.header_timeout_s
-        loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(lambda: GrpcConnection(self), host, port,
-                                                  ssl=context, **options)
+        self._listener = await listener.serve(lambda: GrpcConnection(self), ssl=context,
+                                              **options)
         self.connections.start()
-        sockets = self._listener.sockets
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        self.port = listener.port
 
     async def close(self, grace: float) -> None:
         """Refuse new calls, give those in progress `grace` seconds, then cancel them;
