@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pbserve.backend.manager import ModelManager  # noqa: E402
-from pbserve.backend.types import InferRequest, TensorData  # noqa: E402
+from pbserve.core.manager import ModelManager  # noqa: E402
+from pbserve.core.types import InferRequest, TensorData  # noqa: E402
 
 MIB = 1 << 20
 CONFIG = '''

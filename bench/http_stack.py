@@ -151,7 +151,7 @@ class EchoCore:
         return False
 
     async def infer(self, request):
-        from pbserve.backend.types import InferResponse, TensorData
+        from pbserve.core.types import InferResponse, TensorData
         outputs = [TensorData("OUTPUT" + t.name[5:], t.datatype, t.shape, t.data)
                    for t in request.inputs]
         return InferResponse(request.model_name, "1", request.id, outputs)

@@ -35,9 +35,9 @@ import posix_ipc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pbserve.backend.manager import ModelManager  # noqa: E402
-from pbserve.backend.instances.stub_process import stub_environment  # noqa: E402
-from pbserve.backend.types import InferRequest, TensorData  # noqa: E402
+from pbserve.core.manager import ModelManager  # noqa: E402
+from pbserve.core.instances.stub_process import stub_environment  # noqa: E402
+from pbserve.core.types import InferRequest, TensorData  # noqa: E402
 from shm.names import new_prefix, unlink_prefix  # noqa: E402
 from proc_cpu import cpu_s  # noqa: E402
 from shm.pool import Pool, RegionMap  # noqa: E402

@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pbserve.backend.api import InferenceCore
-from pbserve.backend.cache.response_cache import ResponseCache
-from pbserve.backend.config.config_sources import ConfigSources
-from pbserve.backend.manager import ModelManager
-from pbserve.backend.observability.tracing import TRACER
-from pbserve.backend.repository.cloud_repository import CloudRepositories, is_cloud
-from pbserve.backend.repository.repository import check_repositories
-from pbserve.backends import set_backend_directory
+from pbserve.core.api import InferenceCore
+from pbserve.core.cache.response_cache import ResponseCache
+from pbserve.core.config.config_sources import ConfigSources
+from pbserve.core.manager import ModelManager
+from pbserve.core.observability.tracing import TRACER
+from pbserve.core.repository.cloud_repository import CloudRepositories, is_cloud
+from pbserve.core.repository.repository import check_repositories
+from pbserve.model_backends import set_backend_directory
 from pbserve.errors import ServerError
 from pbserve.server.grpc.h2.limits import GrpcLimits
-from pbserve.backend.instances.model_debug import set_model_debug, unknown_debugged_model
-from pbserve.backend.instances.rate_limiter import parse_resource, set_rate_limit
+from pbserve.core.instances.model_debug import set_model_debug, unknown_debugged_model
+from pbserve.core.instances.rate_limiter import parse_resource, set_rate_limit
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server

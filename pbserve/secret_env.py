@@ -2,7 +2,7 @@
 
 A secret on the command line is shown by `ps` to every user of the machine; in the
 environment it is not. The CLI reads these as the defaults of their flags, and the
-stubs (model code) are started without them (pbserve.backend.instances.stub_process).
+stubs (model code) are started without them (pbserve.core.instances.stub_process).
 """
 
 PLANE_PASSWORD_ENV = "PBSERVE_REQUEST_PLANE_PASSWORD"

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import Protocol
 
-from pbserve.backend.manager import ModelManager
+from pbserve.core.manager import ModelManager
 from pbserve.errors import ErrorCode, ServerError
 
 log = logging.getLogger("pbserve")

@@ -279,7 +279,7 @@ class LoadedModels:
         import asyncio
         import threading
 
-        from pbserve.backend.manager import ModelManager
+        from pbserve.core.manager import ModelManager
 
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
@@ -308,7 +308,7 @@ class LoadedModels:
         return self._run(self._collect(model, inputs, parameters, outputs, True))
 
     async def _collect(self, model, inputs, parameters, outputs, streaming) -> list[dict]:
-        from pbserve.backend.types import InferRequest
+        from pbserve.core.types import InferRequest
 
         request = InferRequest(model, inputs=[_tensor(n, a) for n, a in inputs.items()],
                                requested_outputs=list(outputs) if outputs else None,
@@ -341,7 +341,7 @@ def load_models(*repositories: str | os.PathLike, models: Sequence[str] = ()
 def _tensor(name: str, array):
     import numpy as np
 
-    from pbserve.backend.types import TensorData
+    from pbserve.core.types import TensorData
     from shm.tensor import bytes_items, serialize_bytes
     from tritonclient.utils import np_to_triton_dtype
 

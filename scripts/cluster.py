@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from pbserve.backend.repository.repository import scan_repositories
+from pbserve.core.repository.repository import scan_repositories
 from pbserve.testing import RunningNats, free_ports
 
 PR_SET_PDEATHSIG = 1

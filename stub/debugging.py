@@ -1,7 +1,7 @@
-"""The stub's side of a debugger in model.py (pbserve/backend/instances/model_debug.py).
+"""The stub's side of a debugger in model.py (pbserve/core/instances/model_debug.py).
 
 - stdout is line-buffered, so each `print()` line reaches the server's log at once (the
-  parent reads the stub's stdout and stderr pipes: stub_output.py);
+  parent reads the stub's stdout and stderr pipes: stub_stdio.py);
 - the debugged stub (`--debug-terminal`) has the server's terminal: `breakpoint()` opens
   pdb there, a pdb that leaves SIGINT alone: Ctrl-C after `c` stops the server (the
   stub's own handler ignores it, stub/signals.py), where Python's own pdb would stop in

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
-from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.core.types import InferRequest, InferResponse
 
 
 class FakeHandle:

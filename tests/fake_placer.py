@@ -1,4 +1,4 @@
-"""An InputPlacer for the tests (backend/api.py InputPlacer): buffers in process memory,
+"""An InputPlacer for the tests (core/api.py InputPlacer): buffers in process memory,
 a record of what it placed (sizes) and what came back (handles); nothing takes them.
 And the pressure step both frontends' gatherers are tested under (`move_out`)."""
 

@@ -23,7 +23,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from pbserve.backend.observability.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics
+from pbserve.core.observability.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics
 from pbserve.errors import ServerError
 from pbserve.testing import running_server
 

@@ -1,4 +1,4 @@
-"""pbserve/backends/common.py: how the built-in backends batch the requests of one
+"""pbserve/model_backends/common.py: how the built-in backends batch the requests of one
 `execute` (unit tests, no process: backend_utils.testing's FakeRuntime)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 import triton_python_backend_utils as pb_utils
 from backend_utils.testing import FakeRuntime, installed
-from pbserve.backends.common import Batcher, compare_dims
+from pbserve.model_backends.common import Batcher, compare_dims
 
 CONFIG = {"max_batch_size": 8,
           "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1]}],

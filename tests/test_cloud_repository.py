@@ -22,7 +22,7 @@ pytest.importorskip("s3fs")
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
 
-from pbserve.backend.repository.cloud_credentials import storage_options  # noqa: E402
+from pbserve.core.repository.cloud_credentials import storage_options  # noqa: E402
 from pbserve.testing import RunningServer, free_ports, stop_process_group  # noqa: E402
 
 BUCKET = "models-bucket"

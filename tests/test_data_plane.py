@@ -204,7 +204,7 @@ def test_a_request_ending_frees_what_it_held():
 
 
 def test_a_worker_pulls_no_more_than_its_input_limit():
-    from pbserve.backend.types import TensorData
+    from pbserve.core.types import TensorData
     from pbserve.distributed.data_plane import Remote
     from pbserve.errors import ErrorCode, ServerError
 
@@ -229,7 +229,7 @@ def test_a_worker_pulls_no_more_than_its_input_limit():
 
 
 def test_a_holder_that_is_gone_fails_the_pull_unavailable_naming_it():
-    from pbserve.backend.types import TensorData
+    from pbserve.core.types import TensorData
     from pbserve.distributed.data_plane import Remote
     from pbserve.errors import ErrorCode, ServerError
     from pbserve.testing import free_ports
@@ -253,7 +253,7 @@ def test_a_cancel_frees_the_outputs_a_worker_holds_for_its_caller():
     memory they are in, at once rather than when their TTL passes."""
     from types import SimpleNamespace
 
-    from pbserve.backend.types import InferResponse, TensorData
+    from pbserve.core.types import InferResponse, TensorData
     from pbserve.distributed.worker import PlaneWorker
 
     class Nats:  # what PlaneWorker._send needs of a connection

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pbserve.backend.instances.stub_process import stub_environment
+from pbserve.core.instances.stub_process import stub_environment
 from pbserve.testing import RunningServer, running_nats
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -191,7 +191,7 @@ def scheduler_for(config: str):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from pbserve.backend.scheduling.scheduler import Scheduler
+    from pbserve.core.scheduling.scheduler import Scheduler
 
     cfg = text_format.Parse(config, mc.ModelConfig())
     scheduler = Scheduler(cfg)
@@ -202,8 +202,8 @@ def scheduler_for(config: str):
 
 
 def submit(scheduler, value: int, priority: int = 0, timeout_us: int = 0):
-    from pbserve.backend.pending import PendingRequest
-    from pbserve.backend.types import InferRequest
+    from pbserve.core.pending import PendingRequest
+    from pbserve.core.types import InferRequest
 
     request = InferRequest("m", id=str(value), priority=priority, timeout_us=timeout_us)
     pending = PendingRequest(value, request, (), [], 1, lambda blocks: None, False)
@@ -274,7 +274,7 @@ async def test_a_queue_timeout_still_fires_after_the_queue_delay_timer_sent_a_ba
 
 
 async def test_a_cancelled_caller_does_not_hold_back_the_responses_ordered_after_it():
-    from pbserve.backend.types import InferResponse
+    from pbserve.core.types import InferResponse
 
     scheduler, instance = scheduler_for("""
         name: "m" max_batch_size: 2
@@ -391,7 +391,7 @@ def test_the_batchers_timer_takes_a_deadline_already_passed(loop_factory):
 
     import uvloop
 
-    from pbserve.backend.scheduling.scheduler import arm
+    from pbserve.core.scheduling.scheduler import arm
 
     loop = uvloop.new_event_loop() if loop_factory == "uvloop" else asyncio.new_event_loop()
     fired = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pbserve.backend.repository.execution_env import unpacked
+from pbserve.core.repository.execution_env import unpacked
 from pbserve.errors import ErrorCode, ServerError
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pbserve.backend.config.config_sources import parse_cuda_pool_sizes
-from pbserve.backend.shared_memory import SharedMemoryManager
+from pbserve.core.config.config_sources import parse_cuda_pool_sizes
+from pbserve.core.shared_memory import SharedMemoryManager
 from pbserve.errors import ServerError
 from shm.cuda_region import CudaImports, DeviceBytes, cuda_token, is_client_cuda_token, \
     is_cuda_token, parse_cuda_token
@@ -88,8 +88,8 @@ def test_force_cpu_only_input_tensors_takes_yes_or_no(tmp_path):
 
 
 def test_gpu_outputs_are_not_kept_by_the_response_cache():
-    from pbserve.backend.cache.response_cache import ResponseCache
-    from pbserve.backend.types import InferResponse, TensorData
+    from pbserve.core.cache.response_cache import ResponseCache
+    from pbserve.core.types import InferResponse, TensorData
 
     cache = ResponseCache(1 << 20)
     on_gpu = InferResponse("m", "1", outputs=[TensorData("OUT", "FP32", (4,), DeviceBytes(16))])

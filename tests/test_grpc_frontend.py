@@ -30,8 +30,8 @@ from tritonclient.utils import InferenceServerException
 from fake_handle import FakeHandle
 from fake_placer import FakePlacer
 from client_inputs import grpc_input as g_in
-from pbserve.backend.shared_memory import SharedMemoryManager
-from pbserve.backend.types import InferRequest, InferResponse, TensorData
+from pbserve.core.shared_memory import SharedMemoryManager
+from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server.grpc.server import TRANSPORTS, start_grpc_server
 from pbserve.server.grpc.wire import SPLIT_MIN_BYTES

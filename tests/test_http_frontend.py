@@ -26,7 +26,7 @@ import uvloop
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from fake_placer import FakePlacer
-from pbserve.backend.types import InferRequest, InferResponse, TensorData
+from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavailable
 from pbserve.server import jsonio
 from pbserve.server.http.server import start_http_server, start_metrics_server

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.backend.config.model_config import (
+from pbserve.core.config.model_config import (
     apply_auto_complete,
     complete_defaults,
     config_from_dict,

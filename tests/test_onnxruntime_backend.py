@@ -1,4 +1,4 @@
-"""The built-in ONNX Runtime backend (pbserve/backends/onnxruntime): real ONNX graphs
+"""The built-in ONNX Runtime backend (pbserve/model_backends/onnxruntime): real ONNX graphs
 made with the `onnx` package's helpers, served by a real server, driven by tritonclient."""
 
 from __future__ import annotations

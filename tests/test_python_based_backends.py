@@ -12,8 +12,8 @@ import pytest
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
-from pbserve import backends
-from pbserve.backend.config.model_config import complete_defaults, parse_model_config
+from pbserve import model_backends as backends
+from pbserve.core.config.model_config import complete_defaults, parse_model_config
 from pbserve.testing import running_server
 
 # A backend that scales its input by the number in its model's version folder

@@ -1,4 +1,4 @@
-"""The built-in PyTorch backend (pbserve/backends/pytorch): TorchScript modules scripted
+"""The built-in PyTorch backend (pbserve/model_backends/pytorch): TorchScript modules scripted
 here, served by a real server, driven by tritonclient. Runs wherever torch imports (CI
 installs the CPU wheel: .ci/run)."""
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from pbserve.backend.pending import PendingRequest
-from pbserve.backend.scheduling.reorder import ReorderBuffer
-from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.core.pending import PendingRequest
+from pbserve.core.scheduling.reorder import ReorderBuffer
+from pbserve.core.types import InferRequest, InferResponse
 
 
 class _Response(InferResponse):

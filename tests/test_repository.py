@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pbserve.backend.config.model_config import parse_model_config
-from pbserve.backend.repository.repository import (
+from pbserve.core.config.model_config import parse_model_config
+from pbserve.core.repository.repository import (
     DUPLICATE_REASON,
     ModelSource,
     find_model,

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from pbserve.backend.instances import hop as hop_module
-from pbserve.backend.instances.hop import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
-from pbserve.backend.instances.stub_process import StubProcess
+from pbserve.core.instances import hop as hop_module
+from pbserve.core.instances.hop import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
+from pbserve.core.instances.stub_process import StubProcess
 from pbserve.errors import ServerError
 from pbserve.testing import load_models, running_server
 from client_inputs import http_input

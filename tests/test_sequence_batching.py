@@ -233,7 +233,7 @@ def batcher_for(config: str):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from pbserve.backend.scheduling.sequence_batcher import SequenceBatcher
+    from pbserve.core.scheduling.sequence_batcher import SequenceBatcher
 
     cfg = text_format.Parse(config, mc.ModelConfig())
     batcher = SequenceBatcher(cfg, lambda pending, name, datatype, shape, data: ())
@@ -244,8 +244,8 @@ def batcher_for(config: str):
 
 
 def seq_submit(batcher, key: int, corrid: int | str = 0, flags: int = 0):
-    from pbserve.backend.pending import PendingRequest
-    from pbserve.backend.types import InferRequest
+    from pbserve.core.pending import PendingRequest
+    from pbserve.core.types import InferRequest
 
     request = InferRequest("m", id=str(key), correlation_id=corrid, flags=flags)
     msg = (key, request.id, corrid, flags, "{}", 0, (), (), False)

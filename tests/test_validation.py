@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pbserve.backend.config.model_config import (
+from pbserve.core.config.model_config import (
     complete_defaults,
     parse_model_config,
     read_model_config,
 )
-from pbserve.backend.types import InferRequest, TensorData
-from pbserve.backend.validation import (
+from pbserve.core.types import InferRequest, TensorData
+from pbserve.core.validation import (
     PASSED_MAX,
     RequestValidator,
     batch_size,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from pbserve.backend.config.config_sources import parse_backend_config
+from pbserve.core.config.config_sources import parse_backend_config
 
 log = logging.getLogger("pbserve")
 

@@ -9,9 +9,9 @@ import argparse
 import importlib.util
 import sys
 
-from pbserve.backend.instances.outage import RESTART_WAIT_S
+from pbserve.core.instances.outage import RESTART_WAIT_S
 from pbserve.cli.grpc_flags import add_grpc_limit_flags
-from pbserve.backend.instances.rate_limiter import parse_resource
+from pbserve.core.instances.rate_limiter import parse_resource
 from pbserve.cli.help_format import Parser
 from pbserve.cli.ignored_flags import add_ignored_flags
 from pbserve.cli.plane_flags import add_plane_flags

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 from pbserve.app import DerivedSettings
-from pbserve.backend.cache.cache_config import cache_size
-from pbserve.backend.observability.log_settings import SERVER_LOG, LogSettings
+from pbserve.core.cache.cache_config import cache_size
+from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.cli.grpc_flags import grpc_limits
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.restrictions import GRPC_KEY_PREFIX

@@ -1,6 +1,6 @@
 """tritonserver's trace flags: `--trace-config [triton,]<setting>=<value>` (repeatable)
 and the older `--trace-file`, `--trace-level`, `--trace-rate`, `--trace-count`,
-`--trace-log-frequency`; they make the global trace setting (backend/observability/tracing.py).
+`--trace-log-frequency`; they make the global trace setting (core/observability/tracing.py).
 `mode=opentelemetry` with `opentelemetry,url=...`, `opentelemetry,resource=key=value`
 (repeatable) and `opentelemetry,bsp_*=N` exports spans instead (otel_trace.py)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from pbserve.backend.observability import otel_trace
-from pbserve.backend.observability.tracing import LEVELS, TRACER, TraceSetting
+from pbserve.core.observability import otel_trace
+from pbserve.core.observability.tracing import LEVELS, TRACER, TraceSetting
 
 
 def add_trace_flags(flags: argparse._ActionsContainer) -> None:

@@ -16,7 +16,7 @@ import json
 import struct
 from typing import Any
 
-from pbserve.backend.types import InferRequest, InferResponse, TensorData
+from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.distributed.data_plane import Descriptor, HeldGroup, Remote
 from pbserve.errors import ErrorCode, ServerError
 

@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from pbserve.backend.types import Buffer, TensorData
+from pbserve.core.types import Buffer, TensorData
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.task_stop import cancel_and_wait
 

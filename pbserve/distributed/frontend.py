@@ -26,9 +26,9 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from pbserve import __version__
-from pbserve.backend.manager import EXTENSIONS, READY
-from pbserve.backend.shared_memory import SharedMemoryManager
-from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.core.manager import EXTENSIONS, READY
+from pbserve.core.shared_memory import SharedMemoryManager
+from pbserve.core.types import InferRequest, InferResponse
 from pbserve.distributed.codec import decode_accepted, decode_response, encode_request
 from pbserve.distributed.data_plane import DataPlane, HeldGroup
 from pbserve.distributed.model_control import PlaneControl

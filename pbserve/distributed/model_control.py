@@ -22,8 +22,8 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from pbserve.backend.manager import ModelManager
-from pbserve.backend.repository.repository import (
+from pbserve.core.manager import ModelManager
+from pbserve.core.repository.repository import (
     check_explicit, check_model_name, scan_repositories)
 from pbserve.distributed.registry import RegistryView
 from pbserve.distributed.request_plane import token

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 
-from pbserve.backend.manager import ModelManager
+from pbserve.core.manager import ModelManager
 from pbserve.distributed.data_plane import DataPlane, split_address
 from pbserve.distributed.frontend import PlaneCore
 from pbserve.distributed.model_control import ControlResponder, PlaneControl

@@ -1,6 +1,6 @@
 """A worker's reach beyond its own models: the request plane for the others.
 
-`PlaneModels` is the backend's `RemoteModels` (pbserve/backend/instances/remote_calls.py): a BLS
+`PlaneModels` is the backend's `RemoteModels` (pbserve/core/instances/remote_calls.py): a BLS
 call from one of this worker's models to a model it does not have goes to the plane, to
 a worker that serves it. `RoutingCore` is the worker's InferenceCore for its HTTP and
 gRPC: its own models first, any other model the registry knows through the plane.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator
 
-from pbserve.backend.api import ModelHandle
-from pbserve.backend.manager import ModelManager
-from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.core.api import ModelHandle
+from pbserve.core.manager import ModelManager
+from pbserve.core.types import InferRequest, InferResponse
 from pbserve.distributed.frontend import PlaneCore
 from pbserve.errors import ServerError
 

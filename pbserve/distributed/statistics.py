@@ -22,8 +22,8 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from pbserve.backend.manager import ModelManager
-from pbserve.backend.observability.metrics import counters, render, sum_counters
+from pbserve.core.manager import ModelManager
+from pbserve.core.observability.metrics import counters, render, sum_counters
 from pbserve.distributed.request_plane import token
 from pbserve.errors import ServerError
 

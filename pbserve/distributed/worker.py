@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from pbserve.backend.manager import READY, ModelManager
+from pbserve.core.manager import READY, ModelManager
 from pbserve.distributed.codec import (
     decode_request, encode_accepted, encode_error, encode_response)
 from pbserve.distributed.data_plane import DataPlane, HeldGroup

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pbserve.backend.observability.tracing import TRACER
+from pbserve.core.observability.tracing import TRACER
 
 _NAMES = ("traceparent", "tracestate")
 

@@ -7,9 +7,9 @@ import inspect
 import re
 from typing import Any
 
-from pbserve.backend.api import InferenceCore
+from pbserve.core.api import InferenceCore
 
-from pbserve.backend.observability.tracing import LEVELS
+from pbserve.core.observability.tracing import LEVELS
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 
 _INT = re.compile(r"\s*[+-]?\d+")  # what std::stoi reads (trailing text is ignored)

@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.types import (
+from pbserve.core.types import (
     FLAG_SEQUENCE_END,
     FLAG_SEQUENCE_START,
     InferRequest,

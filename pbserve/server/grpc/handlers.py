@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.observability.log_settings import SERVER_LOG
+from pbserve.core.observability.log_settings import SERVER_LOG
 from pbserve.errors import MalformedRequest, ServerError
 from pbserve.server import request_log
 from pbserve.server.error_log import ErrorLog

@@ -12,7 +12,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.observability.log_settings import SERVER_LOG, LogFormatError, SettingTypeError
+from pbserve.core.observability.log_settings import SERVER_LOG, LogFormatError, SettingTypeError
 from pbserve.errors import ErrorCode, ServerError
 
 _EXPECT = {"bool": "boolean", "uint": "int32", "string": "string"}

@@ -18,7 +18,7 @@ import logging
 
 import grpc
 
-from pbserve.backend.api import InferenceCore
+from pbserve.core.api import InferenceCore
 from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.grpc.h2.server import H2GrpcServer, h2_handlers, infer_gatherers
 from pbserve.server.grpc.handlers import add_service

@@ -21,11 +21,11 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 
-from pbserve.backend.api import InferenceCore
-from pbserve.backend.config.model_config import config_from_dict
-from pbserve.backend.types import InferResponse
-from pbserve.backend.observability.log_settings import SERVER_LOG
-from pbserve.backend.observability.tracing import TRACER
+from pbserve.core.api import InferenceCore
+from pbserve.core.config.model_config import config_from_dict
+from pbserve.core.types import InferResponse
+from pbserve.core.observability.log_settings import SERVER_LOG
+from pbserve.core.observability.tracing import TRACER
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
 from pbserve.server.http import stats as http_stats
 from pbserve.server.grpc import logging as grpc_logging

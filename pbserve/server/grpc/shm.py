@@ -1,7 +1,7 @@
 """Triton's shared-memory extensions over gRPC: the region RPCs and the tensor
 parameters that name a region, with Triton's messages (its ParseSharedMemoryParams and
 its SystemSharedMemory* / CudaSharedMemory* handlers). The regions themselves are the
-core's (pbserve/backend/shared_memory.py)."""
+core's (pbserve/core/shared_memory.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.api import InferenceCore
-from pbserve.backend.types import ShmRef
+from pbserve.core.api import InferenceCore
+from pbserve.core.types import ShmRef
 from pbserve.errors import invalid_arg
 
 _KINDS = {"shared_memory_region": "string_param", "shared_memory_offset": "int64_param",

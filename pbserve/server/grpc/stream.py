@@ -33,8 +33,8 @@ from contextlib import aclosing
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.api import InferenceCore, ModelHandle
-from pbserve.backend.types import InferRequest, InferResponse
+from pbserve.core.api import InferenceCore, ModelHandle
+from pbserve.core.types import InferRequest, InferResponse
 from pbserve.errors import ServerError, internal
 from pbserve.server.error_log import ErrorLog
 from pbserve.server import trace_context

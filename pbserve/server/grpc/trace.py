@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.api import InferenceCore
-from pbserve.backend.observability.tracing import TRACER
+from pbserve.core.api import InferenceCore
+from pbserve.core.observability.tracing import TRACER
 from pbserve.errors import invalid_arg
 from pbserve.server.trace_setting import changes_of, model_ready
 

@@ -18,8 +18,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from pbserve.backend.api import InputPlacer
-from pbserve.backend.types import InferResponse
+from pbserve.core.api import InputPlacer
+from pbserve.core.types import InferResponse
 
 # A request this small is parsed whole: splitting it costs more than the copies it saves.
 SPLIT_MIN_BYTES = 64 * 1024

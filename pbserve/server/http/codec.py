@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pbserve.backend.types import (
+from pbserve.core.types import (
     FLAG_SEQUENCE_END,
     FLAG_SEQUENCE_START,
     InferRequest,

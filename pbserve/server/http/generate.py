@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pbserve.backend.api import InferenceCore, ModelHandle
-from pbserve.backend.types import InferRequest, InferResponse, TensorData
+from pbserve.core.api import InferenceCore, ModelHandle
+from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ServerError, internal, invalid_arg
 from pbserve.server.http import codec
 from pbserve.server import jsonio, trace_context

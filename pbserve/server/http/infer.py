@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pbserve.backend.api import InferenceCore
-from pbserve.backend.types import InferResponse
+from pbserve.core.api import InferenceCore
+from pbserve.core.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.http import codec
 from pbserve.server import jsonio

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pbserve.backend.types import InferRequest, TensorData
+from pbserve.core.types import InferRequest, TensorData
 from pbserve.server.http import codec
 
 # Headers longer than this are decoded the full way each time (KServe headers of a few

@@ -8,7 +8,7 @@ the network), an unknown `log_format` 503.
 
 from __future__ import annotations
 
-from pbserve.backend.observability.log_settings import SERVER_LOG
+from pbserve.core.observability.log_settings import SERVER_LOG
 from pbserve.errors import invalid_arg
 from pbserve.server.http.codec import parse_json
 from pbserve.server.http.messages import HttpReply, HttpRequest, json_reply, method_not_allowed

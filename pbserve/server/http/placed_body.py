@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pbserve.backend.api import InputPlacer
+from pbserve.core.api import InputPlacer
 from pbserve.server import jsonio
 
 # A body at least this large (by Content-Length) is gathered by a PlacedBody; smaller

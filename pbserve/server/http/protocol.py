@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 
 import httptools
 
-from pbserve.backend.api import InputPlacer
-from pbserve.backend.observability.log_settings import SERVER_LOG
+from pbserve.core.api import InputPlacer
+from pbserve.core.observability.log_settings import SERVER_LOG
 from pbserve.server import request_log
 from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit, too_large_message

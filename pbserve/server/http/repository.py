@@ -13,7 +13,7 @@ import binascii
 from typing import Any
 from urllib.parse import unquote
 
-from pbserve.backend.api import InferenceCore
+from pbserve.core.api import InferenceCore
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.http.codec import parse_json
 from pbserve.server.http.messages import (

@@ -25,7 +25,7 @@ import logging
 from typing import Any
 from urllib.parse import unquote
 
-from pbserve.backend.api import InferenceCore
+from pbserve.core.api import InferenceCore
 from pbserve.server.http import logging as http_logging
 from pbserve.server.http import repository as http_repository
 from pbserve.server.http import shm as http_shm

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from dataclasses import replace
 
-from pbserve.backend.api import InferenceCore
+from pbserve.core.api import InferenceCore
 from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.messages import HttpReply, HttpRequest, method_not_allowed, not_found

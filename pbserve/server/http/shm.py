@@ -12,7 +12,7 @@ parameters that name a region.
 The tensor parameters (`shared_memory_region`, `_offset`, `_byte_size`) are read by
 codec.py.
 
-Replies, codes and messages are Triton's (pbserve/backend/shared_memory.py), except that
+Replies, codes and messages are Triton's (pbserve/core/shared_memory.py), except that
 a register body field of the wrong JSON type is 400 "Unable to parse ..." (Triton: 500
 with its JSON library's message), as elsewhere in pbserve's HTTP codec.
 """
@@ -23,7 +23,7 @@ import base64
 import binascii
 from urllib.parse import unquote
 
-from pbserve.backend.api import InferenceCore
+from pbserve.core.api import InferenceCore
 from pbserve.errors import invalid_arg
 from pbserve.server.http.codec import parse_json, unsigned_field
 from pbserve.server.http.messages import (

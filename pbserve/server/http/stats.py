@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from pbserve.backend.api import InferenceCore
+from pbserve.core.api import InferenceCore
 
 _DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer",
               "compute_output", "cache_hit", "cache_miss")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pbserve.backend.api import InferenceCore
-from pbserve.backend.observability.tracing import TRACER
+from pbserve.core.api import InferenceCore
+from pbserve.core.observability.tracing import TRACER
 from pbserve.errors import invalid_arg
 from pbserve.server.http.codec import parse_json
 from pbserve.server.http.messages import HttpReply, HttpRequest, json_reply, method_not_allowed

@@ -1,0 +1,48 @@
+"""A model resolved once for one request: the manager's `api.ModelHandle`."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from pbserve.core.ensemble.model import EnsembleModel
+from pbserve.core.model import Model
+from pbserve.core.shared_memory import SharedMemoryManager
+from pbserve.core.types import InferRequest, InferResponse
+
+
+class LoadedModel:
+    """A loaded model (or ensemble) resolved for one request (api.ModelHandle): the
+    client shared-memory regions a request names are resolved and held around it."""
+
+    __slots__ = ("_model", "_shm", "decoupled")
+
+    def __init__(self, model: Model | EnsembleModel, shm: SharedMemoryManager) -> None:
+        self._model = model
+        self._shm = shm
+        self.decoupled = model.decoupled
+
+    def expect(self) -> None:
+        self._model.expect_request()
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if not request.uses_shm:
+            return await self._model.infer(request)
+        self._shm.resolve(request)
+        try:
+            return await self._model.infer(request)
+        finally:
+            request.release_shm()  # a no-op once the request was queued: it holds them
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        if not request.uses_shm:
+            return self._model.stream_infer(request)
+        return self._stream_holding_shm(request)
+
+    async def _stream_holding_shm(self, request: InferRequest
+                                  ) -> AsyncIterator[InferResponse]:
+        self._shm.resolve(request)  # here: released by the finally below
+        try:
+            async for response in self._model.stream_infer(request):
+                yield response
+        finally:
+            request.release_shm()

@@ -1,0 +1,159 @@
+"""pbserve's built-in PyTorch backend: a Python-based backend (pbserve/model_backends) serving
+TorchScript models (`platform: "pytorch_libtorch"` or `backend: "pytorch"`, or a
+`model.pt` and no config) from `<version>/model.pt` (or `default_model_filename`) with
+`torch.jit.load`, as Triton's pytorch backend does: its naming rules for inputs (the
+forward() argument names, else `<name>__<index>`, else the config's order) and outputs
+(`<name>__<index>`, else the config's order), a single Dict(str, Tensor) argument,
+the DISABLE_OPTIMIZED_EXECUTION and INFERENCE_MODE parameters, batching along dimension
+0, KIND_GPU instances on their CUDA device. The config must name inputs and outputs (no
+auto-complete, as in Triton). See docs/backends.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+
+import numpy as np
+
+import triton_python_backend_utils as pb_utils
+from pbserve.model_backends import missing_package_message
+from pbserve.model_backends.common import Batcher, bool_parameter, tensor_specs
+
+try:
+    import torch
+except ImportError as _error:  # the model fails to load, naming what to install
+    raise ImportError(missing_package_message("pytorch", "torch", _error)) from None
+
+_NAMED_INDEX = re.compile(r"^.*?__(\d+)$")
+_DATATYPES = {
+    torch.bool: "BOOL", torch.uint8: "UINT8", torch.int8: "INT8", torch.int16: "INT16",
+    torch.int32: "INT32", torch.int64: "INT64", torch.float16: "FP16",
+    torch.float32: "FP32", torch.float64: "FP64", torch.bfloat16: "BF16",
+}
+
+
+def _index(name: str) -> int | None:
+    """The index of a `<name>__<index>` tensor name, None for another name."""
+    delimiter = name.find("__")
+    if delimiter < 0:
+        return None
+    digits = name[delimiter + 2:]
+    return int(digits) if digits.isdigit() else None
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.config = json.loads(args["model_config"])
+        self.name = args["model_name"]
+        self.device = torch.device("cpu")
+        if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
+            self.device = torch.device("cuda", int(args.get("model_instance_device_id") or 0))
+        path = os.path.join(pb_utils.get_model_dir(),
+                            self.config.get("default_model_filename") or "model.pt")
+        self.module = torch.jit.load(path, map_location=self.device)
+        self.module.eval()
+        self.optimized = not bool_parameter(self.config, "DISABLE_OPTIMIZED_EXECUTION", False)
+        self.inference_mode = bool_parameter(self.config, "INFERENCE_MODE", True)
+        self.inputs = tensor_specs(self.config, "input")
+        self.outputs = tensor_specs(self.config, "output")
+        self._map_inputs()
+        self._map_outputs()
+        # inputs are views of shared memory, which torch only reads here
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        self.batcher = Batcher(self.config, self._run)
+
+    def _map_inputs(self) -> None:
+        """Triton's ValidateInputs and naming convention: where each config input goes
+        in forward()'s arguments."""
+        arguments = list(self.module.forward.schema.arguments)
+        if arguments and arguments[0].name == "self":
+            arguments = arguments[1:]
+        kinds = [str(a.type) for a in arguments]
+        self.dict_input = len(arguments) == 1 and kinds[0].startswith("Dict")
+        if not self.inputs:
+            raise ValueError("model configuration must contain at least one input, none "
+                             "were specified.")
+        self.input_index: dict[str, int] = {}
+        if self.dict_input:
+            return
+        for kind in kinds:
+            if kind.startswith("Dict"):
+                raise ValueError("Multiple inputs of kind DictType were detected. Only a "
+                                 "single input of type Dict(str, Tensor) is supported.")
+            if kind != "Tensor" and not kind.startswith("List"):
+                raise ValueError(
+                    f"An input of type '{kind}' was detected in the model. Only a single input "
+                    "of type Dict(str, Tensor) or input(s) of type Tensor are supported.")
+        if len(arguments) != len(self.inputs):
+            raise ValueError(f"unable to load model '{self.name}', configuration expects "
+                             f"{len(self.inputs)} inputs, model provides {len(arguments)}")
+        allowed = [a.name for a in arguments]
+        names = [i.name for i in self.inputs]
+        if all(n in allowed for n in names):
+            self.input_index = {n: allowed.index(n) for n in names}
+        elif all(_index(n) is not None for n in names):
+            self.input_index = {n: _index(n) for n in names}
+        else:
+            pb_utils.Logger.log_warn(
+                f"input names of model '{self.name}' are neither input arguments of the model "
+                "nor do they follow the <name>__<index> naming convention. Falling back to "
+                "enforcing strict ordering from model configuration.")
+            self.input_index = {n: i for i, n in enumerate(names)}
+        self.arity = len(arguments)
+
+    def _map_outputs(self) -> None:
+        if not self.outputs:
+            raise ValueError("model configuration must contain at least one output, none "
+                             "were specified.")
+        names = [o.name for o in self.outputs]
+        if all(_index(n) is not None for n in names):
+            self.output_index = {n: _index(n) for n in names}
+        else:
+            self.output_index = {n: i for i, n in enumerate(names)}
+        self.output_types = {o.name: o.data_type.removeprefix("TYPE_") for o in self.outputs}
+
+    def _tensor(self, name: str, array: np.ndarray):
+        if array.dtype == np.object_:  # BYTES: a List[str] argument
+            return [v.decode("utf-8") if isinstance(v, bytes) else str(v)
+                    for v in array.reshape(-1)]
+        return torch.from_numpy(array).to(self.device)
+
+    def _run(self, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        torch._C._set_graph_executor_optimize(self.optimized)
+        with torch.inference_mode(self.inference_mode), torch.no_grad():
+            if self.dict_input:
+                result = self.module({n: self._tensor(n, a) for n, a in inputs.items()})
+            else:
+                call = [None] * self.arity
+                for name, array in inputs.items():
+                    call[self.input_index[name]] = self._tensor(name, array)
+                result = self.module(*call)
+        results = list(result) if isinstance(result, (tuple, list)) and not (
+            result and isinstance(result[0], str)) else [result]
+        outputs = {}
+        for name in names:
+            index = self.output_index[name]
+            if index >= len(results):
+                raise ValueError(f"output tensor '{name}' is not found")
+            outputs[name] = self._array(name, results[index])
+        return outputs
+
+    def _array(self, name: str, value) -> np.ndarray:
+        if isinstance(value, (list, tuple)):  # List[str]
+            return np.array([v.encode("utf-8") if isinstance(v, str) else v for v in value],
+                            dtype=object)
+        datatype = _DATATYPES.get(value.dtype, str(value.dtype))
+        expected = self.output_types[name]
+        if datatype != expected:
+            raise ValueError(f"configuration expects datatype TYPE_{expected} for output "
+                             f"'{name}', model provides TYPE_{datatype}")
+        return value.detach().cpu().numpy()
+
+    def execute(self, requests):
+        return self.batcher.execute(requests)
+
+    def finalize(self):
+        self.module = None
