@@ -1,40 +1,32 @@
 """The server assembled: the model manager, the request-plane node, the HTTP, gRPC and
 metrics servers; run until SIGINT or SIGTERM, then stopped in order (shutdown.py).
 
-The command line (pbserve/cli/) parses and checks the flags first: `run` takes them
-checked, with the settings they derive (`DerivedSettings`).
+The command line (pbserve/cli/) parses and checks the flags first and makes them into
+one `ServerOptions` (pbserve/options.py): `run` takes it, and hands each part down.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pbserve.core.api import InferenceCore
-from pbserve.core.cache.response_cache import ResponseCache
-from pbserve.core.config.config_sources import ConfigSources
+from pbserve.core.instances.model_debug import unknown_debugged_model
 from pbserve.core.manager import ModelManager
 from pbserve.core.observability.tracing import TRACER
 from pbserve.core.repository.cloud_repository import CloudRepositories, is_cloud
 from pbserve.core.repository.repository import check_repositories
-from pbserve.model_backends import set_backend_directory
 from pbserve.errors import ServerError
-from pbserve.server.grpc.h2.limits import GrpcLimits
-from pbserve.core.instances.model_debug import set_model_debug, unknown_debugged_model
-from pbserve.core.instances.rate_limiter import parse_resource, set_rate_limit
-from pbserve.server.grpc.server import start_grpc_server
-from pbserve.server.http.limits import HttpLimits
-from pbserve.server.http.server import start_http_server, start_metrics_server
-from pbserve.server.endpoints import Endpoints
-from pbserve.server.listener import BindError
-from pbserve.server.tls import TlsConfig
 from pbserve.exit_signals import ShutdownSignals
+from pbserve.options import FrontendOptions, ServerOptions
+from pbserve.server.endpoints import Endpoints
+from pbserve.server.grpc.server import start_grpc_server
+from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.listener import BindError
 from pbserve.shutdown import Frontend, shut_down, shutdown_deadline
 
 if TYPE_CHECKING:  # the plane imports nats: only with --request-plane
@@ -43,28 +35,13 @@ if TYPE_CHECKING:  # the plane imports nats: only with --request-plane
 log = logging.getLogger("pbserve")
 
 
-@dataclass(frozen=True)
-class DerivedSettings:
-    """What the server takes beyond the raw flags, made and checked from them
-    (pbserve/cli/settings.py)."""
-
-    limits: HttpLimits
-    http_tls: TlsConfig | None
-    grpc_tls: TlsConfig | None
-    http_restricted: dict
-    grpc_restricted: dict
-    auto_complete: bool
-    cache_size: int | None = None  # the response cache's bytes (None: no cache)
-    grpc_limits: GrpcLimits = GrpcLimits()  # the zttp transport's (--grpc-*-timeout-secs...)
-
-
 # After `serve` has stopped everything it started, tasks some library left behind are
 # cancelled and given this long to end; asyncio.run would wait for them without limit
 # (a worker whose NATS server died with it once waited there for good).
 LEFTOVER_TASKS_S = 5.0
 
 
-def run(args: argparse.Namespace, settings: DerivedSettings) -> int:
+def run(options: ServerOptions) -> int:
     """Serve until SIGINT or SIGTERM, on uvloop; the exit status."""
     try:
         import uvloop
@@ -73,7 +50,7 @@ def run(args: argparse.Namespace, settings: DerivedSettings) -> int:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(serve(args, settings))
+        return loop.run_until_complete(serve(options))
     finally:
         try:
             _end_leftover_tasks(loop)
@@ -97,80 +74,60 @@ def _end_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
                                          timeout=LEFTOVER_TASKS_S))
 
 
-def build_manager(args: argparse.Namespace, settings: DerivedSettings,
+def build_manager(options: ServerOptions,
                   repositories: CloudRepositories | None = None) -> ModelManager | None:
     """The model manager of --model-repository (None without: a frontend of the plane);
     `repositories`: those paths with the cloud ones copied locally."""
-    if not args.model_repository:
+    if not options.repositories:
         return None
-    set_backend_directory(args.backend_directory)
-    set_model_debug(args.model_debug, args.model_debug_port, sys.stdin.isatty())
-    set_rate_limit(args.rate_limit.lower(), [parse_resource(r) for r in args.rate_limit_resource])
-    paths = repositories.paths if repositories is not None else args.model_repository
-    manager = ModelManager([Path(p) for p in paths],
-                           control_mode=args.model_control_mode,
-                           startup_models=args.load_model,
-                           auto_complete=settings.auto_complete,
-                           config_sources=ConfigSources.from_files(
-                               args.model_config_defaults, args.backend_config,
-                               args.cuda_memory_pool_byte_size),
-                           poll_secs=args.repository_poll_secs,
-                           allow_client_shm=args.allow_client_shm,
-                           restart_wait_s=args.restart_wait_secs,
-                           refresh=repositories.refresh if repositories is not None
-                           and repositories.has_cloud else None,
-                           model_namespacing=args.model_namespacing)
-    manager.strict_readiness = args.strict_readiness
-    if settings.cache_size:
-        manager.response_cache = ResponseCache(settings.cache_size)
-        log.info("Response cache: 'local', %d bytes", settings.cache_size)
-    manager.load_thread_count = args.model_load_thread_count
-    manager.stub_zygote = args.stub_zygote
-    return manager
+    paths = repositories.paths if repositories is not None else options.repositories
+    refresh = repositories.refresh if repositories is not None and repositories.has_cloud \
+        else None
+    return ModelManager([Path(p) for p in paths], options.core,
+                        config_sources=options.config_sources, refresh=refresh)
 
 
-async def join_plane(args: argparse.Namespace, manager: ModelManager | None) -> Node | None:
+async def join_plane(options: ServerOptions, manager: ModelManager | None) -> Node | None:
     """This process's node on --request-plane (None, logged, if it cannot connect)."""
-    from pbserve.distributed.node import DataPlaneSettings, Node
+    from pbserve.distributed.node import Node
+    from pbserve.distributed.request_plane import PlaneConnectError
 
-    from pbserve.distributed.request_plane import ConnectionOptions, PlaneConnectError
-
-    data_plane = DataPlaneSettings(args.data_plane_address, args.plane_inline_max_bytes,
-                                   args.data_plane_ttl_secs, args.http_max_input_size)
+    plane = options.plane
+    assert plane is not None
     try:
-        return await Node.start(args.request_plane, manager, args.plane_heartbeat_secs,
-                                args.worker_name, ConnectionOptions.from_args(args),
-                                control_mode=args.model_control_mode, data_plane=data_plane)
+        return await Node.start(plane.url, manager, plane.heartbeat_s, plane.worker_name,
+                                plane.connection, control_mode=options.core.control_mode,
+                                data_plane=plane.data_plane)
     except PlaneConnectError as exc:
         log.error("%s", exc)
         return None
 
 
-async def start_servers(core: InferenceCore, args: argparse.Namespace,
-                        settings: DerivedSettings, servers: list[Frontend],
-                        endpoints: Endpoints) -> None:
+async def start_servers(core: InferenceCore, options: FrontendOptions,
+                        servers: list[Frontend], endpoints: Endpoints) -> None:
     """Start the HTTP, gRPC and metrics servers the --allow-* flags ask for on the
     sockets `endpoints` bound, each added to `servers` once started (what started is
     stopped even if a later one fails)."""
+    http, grpc, metrics = options.http, options.grpc, options.metrics
     if endpoints.http is not None:
-        servers.append(await start_http_server(core, args.http_address, args.http_port,
-                                               settings.limits, settings.http_tls,
-                                               settings.http_restricted, endpoints.http))
-        log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+        servers.append(await start_http_server(core, http.address, http.port,
+                                               options.http_limits, options.http_tls,
+                                               options.http_restricted, endpoints.http))
+        log.info("Started HTTPService at %s:%d", http.address, http.port)
     if endpoints.grpc is not None:
-        servers.append(await start_grpc_server(core, args.grpc_address, args.grpc_port,
-                                               args.http_max_input_size, settings.grpc_tls,
-                                               settings.grpc_restricted, args.grpc_transport,
-                                               settings.grpc_limits, endpoints.grpc))
-        log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
+        servers.append(await start_grpc_server(core, grpc.address, grpc.port,
+                                               options.max_input_size, options.grpc_tls,
+                                               options.grpc_restricted,
+                                               options.grpc_transport, options.grpc_limits,
+                                               endpoints.grpc))
+        log.info("Started GRPCInferenceService at %s:%d", grpc.address, grpc.port)
     if endpoints.metrics is not None:
-        servers.append(await start_metrics_server(core, args.metrics_address,
-                                                  args.metrics_port, settings.limits,
-                                                  endpoints.metrics))
-        log.info("Started Metrics Service at %s:%d", args.metrics_address, args.metrics_port)
+        servers.append(await start_metrics_server(core, metrics.address, metrics.port,
+                                                  options.http_limits, endpoints.metrics))
+        log.info("Started Metrics Service at %s:%d", metrics.address, metrics.port)
 
 
-async def serve(args: argparse.Namespace, settings: DerivedSettings) -> int:
+async def serve(options: ServerOptions) -> int:
     """Start everything, wait for a signal, stop in order: a worker leaves the plane
     first (no new requests), then the servers and the models (shutdown.py), then the
     plane's connection; the exit status. Before anything loads, as tritonserver words
@@ -178,38 +135,40 @@ async def serve(args: argparse.Namespace, settings: DerivedSettings) -> int:
     stderr), an endpoint's address that cannot be bound (`failed to start HTTP service:
     ...` in the log); either is status 1."""
     try:
-        check_repositories(Path(p) for p in args.model_repository if not is_cloud(p))
+        check_repositories(Path(p) for p in options.repositories if not is_cloud(p))
     except ServerError as exc:
         print(f"error: creating server: {exc.code.text} - {exc.message}", file=sys.stderr)
         return 1
     try:  # the ports, held from here on (server/endpoints.py)
-        endpoints = Endpoints.bind(args)
+        endpoints = Endpoints.bind(options.frontends)
     except BindError as exc:
         log.error("%s", exc)
         return 1
     try:
         try:  # cloud repositories are copied into private local directories
-            repositories = await asyncio.to_thread(CloudRepositories, args.model_repository)
+            repositories = await asyncio.to_thread(CloudRepositories,
+                                                   list(options.repositories))
         except ValueError as exc:
             log.error("%s", exc)
             return 1
         try:
-            return await _serve(args, settings, repositories, endpoints)
+            return await _serve(options, repositories, endpoints)
         finally:
             repositories.close()
     finally:
         endpoints.close()
 
 
-async def _serve(args: argparse.Namespace, settings: DerivedSettings,
-                 repositories: CloudRepositories, endpoints: Endpoints) -> int:
-    manager = build_manager(args, settings, repositories)
+async def _serve(options: ServerOptions, repositories: CloudRepositories,
+                 endpoints: Endpoints) -> int:
+    manager = build_manager(options, repositories)
     core: InferenceCore | None = manager
     node: Node | None = None
     signals = ShutdownSignals(asyncio.get_running_loop(),
-                              shutdown_deadline(args.exit_timeout_secs))
+                              shutdown_deadline(options.exit_timeout_s))
     signals.install()
-    if manager is not None and (error := unknown_debugged_model(manager.repository_models())):
+    if manager is not None and (error := unknown_debugged_model(
+            options.core.model_debug, manager.repository_models())):
         log.error("%s", error)
         return 1
     servers: list[Frontend] = []
@@ -217,18 +176,18 @@ async def _serve(args: argparse.Namespace, settings: DerivedSettings,
         if manager is not None:
             await manager.start()
             failed = manager.failed_models()
-            if failed and args.exit_on_error:
+            if failed and options.exit_on_error:
                 log.error("failed to load all models (%s); exiting (--exit-on-error=false "
                           "serves the others)", ", ".join(failed))
                 return 1
-        if args.request_plane:
-            node = await join_plane(args, manager)
+        if options.plane is not None:
+            node = await join_plane(options, manager)
             if node is None:
                 return 1
             core = node.core  # a worker's: its models, and the plane's for the others
         assert core is not None
         try:
-            await start_servers(core, args, settings, servers, endpoints)
+            await start_servers(core, options.frontends, servers, endpoints)
         except OSError as exc:  # grpcio binds by itself (grpc/server.py)
             log.error("%s", exc)
             return 1
@@ -238,8 +197,8 @@ async def _serve(args: argparse.Namespace, settings: DerivedSettings,
         await signals.received.wait()
     finally:
         if node is not None:  # a worker leaves the plane first: no new requests
-            await node.stop_serving(args.exit_timeout_secs)
-        await shut_down(servers, manager, args.exit_timeout_secs)
+            await node.stop_serving(options.exit_timeout_s)
+        await shut_down(servers, manager, options.exit_timeout_s)
         if node is not None:
             await node.close()
         TRACER.close()

@@ -280,14 +280,15 @@ class LoadedModels:
         import threading
 
         from pbserve.core.manager import ModelManager
+        from pbserve.core.options import CoreOptions
 
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="pbserve-testing-loop")
         self._thread.start()
         mode = "explicit" if models else "none"
-        self.manager = ModelManager([Path(r) for r in repositories], control_mode=mode,
-                                    startup_models=list(models))
+        self.manager = ModelManager([Path(r) for r in repositories],
+                                    CoreOptions(control_mode=mode, startup_models=tuple(models)))
         self._run(self.manager.start())
 
     def _run(self, coroutine):

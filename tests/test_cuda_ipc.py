@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from pbserve.core.instances.gpus import visible_gpus
+from pbserve.core.config.gpus import visible_gpus
 from shm import cuda_driver
 from shm.cuda_region import CudaImports, cuda_region_maker, cuda_token, is_cuda_token, \
     parse_cuda_token

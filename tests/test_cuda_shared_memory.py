@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from pbserve.core.instances.gpus import visible_gpus
+from pbserve.core.config.gpus import visible_gpus
 from pbserve.testing import running_server
 
 pytestmark = pytest.mark.skipif(not visible_gpus(), reason="no CUDA GPU on this machine")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pbserve.core.instances.gpus import visible_gpus
+from pbserve.core.config.gpus import visible_gpus
 from pbserve.testing import load_models
 
 GPU_MODELS = Path(__file__).resolve().parent / "models_gpu"

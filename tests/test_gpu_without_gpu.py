@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pbserve.core.config.config_sources import parse_cuda_pool_sizes
-from pbserve.core.shared_memory import SharedMemoryManager
+from pbserve.core.memory.shared_memory import SharedMemoryManager
 from pbserve.errors import ServerError
 from shm.cuda_region import CudaImports, DeviceBytes, cuda_token, is_client_cuda_token, \
     is_cuda_token, parse_cuda_token

@@ -22,17 +22,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-import uvloop
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from fake_handle import FakeHandle
-from fake_placer import FakePlacer
+import frontend_fakes
 from client_inputs import grpc_input as g_in
-from pbserve.core.shared_memory import SharedMemoryManager
+from frontend_fakes import assert_all_released
+from pbserve.core.memory.shared_memory import SharedMemoryManager
 from pbserve.core.types import InferRequest, InferResponse, TensorData
-from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, not_found, unavailable
+from pbserve.errors import ErrorCode, ServerError, internal, invalid_arg, unavailable
 from pbserve.server.grpc.server import TRANSPORTS, start_grpc_server
 from pbserve.server.grpc.wire import SPLIT_MIN_BYTES
 from pbserve.server.grpc.wire import varint_bytes as _varint
@@ -47,7 +46,7 @@ def to_bytes_layout(items: list[bytes]) -> bytes:
 
 # --- the fake core ---------------------------------------------------------------------
 
-class FakeCore:
+class FakeCore(frontend_fakes.FakeCore):
     """Models: identity (IN_x -> OUT_x, any dtype), params (echoes the decoded request),
     model_error / model_invalid (error responses), sleepy (UNAVAILABLE), delay (sleeps
     DELAY_MS then echoes it), huge_param (a response parameter gRPC cannot carry), repeat (decoupled: N responses then a flag-only final),
@@ -58,40 +57,14 @@ class FakeCore:
                         "delay", "huge_param", *DECOUPLED})
 
     def __init__(self) -> None:
-        self.made = 0
-        self.expected: list[tuple[str, str]] = []  # expect_request hints, in order
-        self.released = 0
-        self.unloaded: set[str] = set()
-        self.loads: list[tuple] = []
-        self.unloads: list[tuple] = []
+        super().__init__()
         self.endless_closed = threading.Event()
         self.endless_started = threading.Event()
         self.shared_memory = SharedMemoryManager(RegionMap(), lambda token: None)
-        self.placer = FakePlacer()
 
-    # where the h2 transport gathers large requests' tensors: memory, counted
-    def input_placer(self) -> "FakePlacer":
-        return self.placer
-
-    # health, metadata, repository
-    def is_live(self) -> bool:
-        return True
-
-    async def is_ready(self) -> bool:
-        return True
-
+    # metadata, repository
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "triton", "version": "0.1.0", "extensions": ["model_repository"]}
-
-    def _check(self, name: str, version: str = "") -> None:
-        if name not in self.MODELS or name in self.unloaded:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version not in ("", "1"):
-            raise not_found(f"Request for unknown model: '{name}' version {version} is "
-                            "not found")
-
-    async def model_ready(self, name: str, version: str = "") -> bool:
-        return name in self.MODELS and name not in self.unloaded and name != "sleepy"
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         self._check(name, version)
@@ -107,55 +80,16 @@ class FakeCore:
                 "model_transaction_policy": {"decoupled": name in self.DECOUPLED},
                 "parameters": {"k": {"string_value": "v"}}}
 
-    def model_handle(self, name: str, version: str = "") -> FakeHandle:
-        return FakeHandle(self, name, version)
-
-    def expect_request(self, name: str, version: str = "") -> None:
-        self.expected.append((name, version))  # the handle's hint
-
-    def is_decoupled(self, name: str, version: str = "") -> bool:
-        self._check(name, version)
-        return name in self.DECOUPLED
-
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        entries = [{"name": m, "version": "1",
-                    "state": "UNAVAILABLE" if m in self.unloaded else "READY", "reason": ""}
-                   for m in sorted(self.MODELS)]
-        entries.append({"name": "never_loaded"})
-        return [e for e in entries if e.get("state") == "READY" or not ready_only]
-
-    async def load_model(self, name: str, config: str | None = None,
-                         files: dict[str, bytes] | None = None) -> None:
-        self.loads.append((name, config, files))
-        if name == "broken":
-            raise invalid_arg(f"failed to load '{name}': SyntaxError: invalid syntax")
-        self.unloaded.discard(name)
-
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        self.unloads.append((name, unload_dependents))
-        self.unloaded.add(name)
+        entries = super().repository_index(ready_only)
+        if not ready_only:
+            entries.append({"name": "never_loaded"})  # an entry with no state
+        return entries
 
     def metrics_text(self) -> str:
         return ""
 
     # inference
-    def _response(self, request: InferRequest, outputs: list[TensorData],
-                  error: ServerError | None = None, final: bool = True,
-                  parameters: dict | None = None) -> InferResponse:
-        self.made += 1
-        if request.requested_outputs is not None:
-            outputs = [o for o in outputs if o.name in request.requested_outputs]
-        return InferResponse(request.model_name, "1", request.id, outputs,
-                             parameters=parameters or {}, error=error, final=final,
-                             _release=lambda: self._release(outputs))
-
-    def _release(self, outputs: list[TensorData]) -> None:
-        """Poison bytearray outputs, as a pool would reuse them."""
-        self.released += 1
-        for output in outputs:
-            if isinstance(output.data, bytearray):
-                output.data[:] = b"\xaa" * len(output.data)
-
     async def infer(self, request: InferRequest) -> InferResponse:
         self._check(request.model_name, request.model_version)
         name = request.model_name
@@ -216,32 +150,18 @@ class FakeCore:
 
 # --- fixtures --------------------------------------------------------------------------
 
-class ServerThread:
+class ServerThread(frontend_fakes.ServerThread):
     def __init__(self, transport: str) -> None:
         self.transport = transport
-        self.core = FakeCore()
-        self.loop = uvloop.new_event_loop()
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        assert started.wait(10)
+        super().__init__(FakeCore())  # on uvloop
         self.url = f"127.0.0.1:{self.server.port}"
 
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
+    async def start(self) -> None:
+        self.server = await start_grpc_server(self.core, "127.0.0.1", 0,
+                                              transport=self.transport)
 
-        async def start() -> None:
-            self.server = await start_grpc_server(self.core, "127.0.0.1", 0,
-                                                  transport=self.transport)
-            started.set()
-
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.close(1.0), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+    async def close(self) -> None:
+        await self.server.close(1.0)
 
 
 # Every test of this module runs on each gRPC transport (--grpc-transport).
@@ -270,13 +190,6 @@ def stub(server):
     channel = grpc.insecure_channel(server.url)
     yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
     channel.close()
-
-
-def assert_all_released(core: FakeCore) -> None:
-    deadline = time.monotonic() + 2
-    while core.released != core.made and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert core.released == core.made, "a response was not released"
 
 
 def expect_error(call) -> InferenceServerException:

@@ -1,5 +1,5 @@
 """A large ModelInfer request gathered field by field as it arrives, its tensors straight
-into the parent's shm pool (grpc/wire.py RequestGatherer, core/input_placer.py), and
+into the parent's shm pool (grpc/wire.py RequestGatherer, core/memory/input_placer.py), and
 taken over by the request without a copy of their own."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from tritonclient.utils import InferenceServerException
 
 from client_inputs import grpc_input
 from fake_placer import FakePlacer, move_out
-from pbserve.core.input_placer import InputPlacer
-from pbserve.core.instances.block_refs import BlockRefs
+from pbserve.core.memory.input_placer import InputPlacer
+from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.core.types import InferRequest, TensorData
 from pbserve.server.grpc.h2.call import GATHER_MIN_BYTES, Deframer, prefix
 from pbserve.server.grpc.codec import decode_infer_request

@@ -33,7 +33,7 @@ from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.grpc.h2.server import h2_handlers
 from pbserve.server.grpc.handlers import Undecodable
 from pbserve.server.grpc.h2.pending import PendingRequests
-from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.connections import ConnectionSet
 
 EXAMPLES = int(os.environ.get("PBSERVE_FUZZ_EXAMPLES", "150"))
 LIVE = "/inference.GRPCInferenceService/ServerLive"

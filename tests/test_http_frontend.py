@@ -11,7 +11,6 @@ import asyncio
 import base64
 import json
 import socket
-import threading
 import time
 import tracemalloc
 import urllib.error
@@ -22,18 +21,18 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-import uvloop
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from fake_placer import FakePlacer
+import frontend_fakes
+from frontend_fakes import assert_all_released
 from pbserve.core.types import InferRequest, InferResponse, TensorData
-from pbserve.errors import ServerError, internal, invalid_arg, not_found, unavailable
+from pbserve.errors import internal, invalid_arg, unavailable
 from pbserve.server import jsonio
+from pbserve.server.connections import ConnectionSet
+from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.server import start_http_server, start_metrics_server
-from pbserve.server.http.connections import ConnectionSet
 from pbserve.server.http.messages import HttpReply, HttpStreamReply
 from pbserve.server.http.protocol import HttpConnection
-from fake_handle import FakeHandle
 
 NUMPY = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
          "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
@@ -46,7 +45,7 @@ def to_bytes_layout(items: list[bytes]) -> bytes:
 
 # --- the fake core ---------------------------------------------------------------------
 
-class FakeCore:
+class FakeCore(frontend_fakes.FakeCore):
     """Models: add_sub (FP32 [4]), identity (IN* -> OUT*, any dtype), error_model,
     params (echoes what the frontend decoded), repeat (decoupled), fp16_out, text
     (generate: upper-cases text_input), sleepy (unavailable)."""
@@ -56,38 +55,12 @@ class FakeCore:
         "add_sub", "identity", "error_model", "params", "repeat", "fp16_out", "text", "sleepy"})
 
     def __init__(self) -> None:
-        self.made = 0
-        self.expected: list[tuple[str, str]] = []  # expect_request hints, in order
-        self.released = 0
-        self.loads: list[tuple] = []
-        self.unloads: list[tuple] = []
-        self.unloaded: set[str] = set()
+        super().__init__()
         self.last_request: InferRequest | None = None
-        self.placer = FakePlacer()
 
-    # where the connection gathers large infer bodies' tensors: memory, counted
-    def input_placer(self) -> "FakePlacer":
-        return self.placer
-
-    # health and metadata
-    def is_live(self) -> bool:
-        return True
-
-    async def is_ready(self) -> bool:
-        return True
-
+    # metadata
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "pbserve", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
-
-    def _check(self, name: str, version: str = "") -> None:
-        if name not in self.MODELS or name in self.unloaded:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version not in ("", "1"):
-            raise not_found(f"Request for unknown model: '{name}' version {version} is "
-                            "not found")
-
-    async def model_ready(self, name: str, version: str = "") -> bool:
-        return name in self.MODELS and name not in self.unloaded and name != "sleepy"
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         self._check(name, version)
@@ -104,56 +77,11 @@ class FakeCore:
         return {"name": name, "backend": "python", "max_batch_size": 0,
                 "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}]}
 
-    def model_handle(self, name: str, version: str = "") -> FakeHandle:
-        return FakeHandle(self, name, version)
-
-    def expect_request(self, name: str, version: str = "") -> None:
-        self.expected.append((name, version))  # the handle's hint
-
-    def is_decoupled(self, name: str, version: str = "") -> bool:
-        self._check(name, version)
-        return name in self.DECOUPLED
-
-    # repository
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        entries = [{"name": m, "version": "1",
-                    "state": "UNAVAILABLE" if m in self.unloaded else "READY", "reason": ""}
-                   for m in sorted(self.MODELS)]
-        return [e for e in entries if e["state"] == "READY" or not ready_only]
-
-    async def load_model(self, name: str, config: str | None = None,
-                         files: dict[str, bytes] | None = None) -> None:
-        self.loads.append((name, config, files))
-        if name == "broken":
-            raise invalid_arg(f"failed to load '{name}': SyntaxError: invalid syntax")
-        self.unloaded.discard(name)
-
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        self.unloads.append((name, unload_dependents))
-        self.unloaded.add(name)
-
     def metrics_text(self) -> str:
         return ('# TYPE nv_inference_request_success counter\n'
                 'nv_inference_request_success{model="add_sub",version="1"} 3\n')
 
     # inference
-    def _response(self, request: InferRequest, outputs: list[TensorData],
-                  error: ServerError | None = None, final: bool = True) -> InferResponse:
-        self.made += 1
-        wanted = request.requested_outputs
-        if wanted is not None:
-            outputs = [o for o in outputs if o.name in wanted]
-        return InferResponse(request.model_name, "1", request.id, outputs, error=error,
-                             final=final, _release=lambda: self._release(outputs))
-
-    def _release(self, outputs: list[TensorData]) -> None:
-        """Poison bytearray outputs, as a pool would reuse them: a reply still being
-        sent from them when released would reach the client corrupted."""
-        self.released += 1
-        for output in outputs:
-            if isinstance(output.data, bytearray):
-                output.data[:] = b"\xaa" * len(output.data)
-
     async def infer(self, request: InferRequest) -> InferResponse:
         self.last_request = request
         self._check(request.model_name, request.model_version)
@@ -211,36 +139,19 @@ class FakeCore:
 
 # --- fixtures --------------------------------------------------------------------------
 
-class ServerThread:
+class ServerThread(frontend_fakes.ServerThread):
     """Both servers on one event loop in a daemon thread."""
 
     def __init__(self, loop: str) -> None:
-        self.core = FakeCore()
-        self.loop = uvloop.new_event_loop() if loop == "uvloop" else asyncio.new_event_loop()
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        assert started.wait(10)
+        super().__init__(FakeCore(), loop)
 
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
+    async def start(self) -> None:
+        self.http = await start_http_server(self.core, "127.0.0.1", 0)
+        self.metrics = await start_metrics_server(self.core, "127.0.0.1", 0)
 
-        async def start() -> None:
-            self.http = await start_http_server(self.core, "127.0.0.1", 0)
-            self.metrics = await start_metrics_server(self.core, "127.0.0.1", 0)
-            started.set()
-
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        async def close() -> None:
-            await self.http.close()
-            await self.metrics.close()
-
-        asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+    async def close(self) -> None:
+        await self.http.close()
+        await self.metrics.close()
 
 
 @pytest.fixture(scope="module", params=["asyncio", "uvloop"])
@@ -256,14 +167,6 @@ def client(server):
     yield client
     client.close()
     assert_all_released(server.core)
-
-
-def assert_all_released(core: FakeCore) -> None:
-    """Releases run on the server thread just after the reply went out: wait a bit."""
-    deadline = time.monotonic() + 2
-    while core.released != core.made and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert core.released == core.made, "a response was not released"
 
 
 @pytest.fixture
@@ -769,7 +672,7 @@ class StalledTransport(asyncio.Transport):
 
 
 async def stalled_connection(handler) -> tuple[HttpConnection, StalledTransport]:
-    connection = HttpConnection(handler, ConnectionSet())
+    connection = HttpConnection(handler, ConnectionSet(HttpLimits()))
     transport = StalledTransport(connection)
     connection.connection_made(transport)
     return connection, transport

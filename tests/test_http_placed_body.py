@@ -14,8 +14,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from fake_placer import FakePlacer, move_out
-from pbserve.core.input_placer import InputPlacer
-from pbserve.core.instances.block_refs import BlockRefs
+from pbserve.core.memory.input_placer import InputPlacer
+from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.errors import ServerError
 from pbserve.server.http import codec
 from pbserve.server.http.placed_body import PlacedBody

@@ -1,4 +1,4 @@
-"""Polling instead of sleeping (pbserve/core/polling): the machine's spare CPU as
+"""Polling instead of sleeping (pbserve/core/latency): the machine's spare CPU as
 /proc/stat tells it, with the parent's own polling counted as idle, and the event loop's
 linger after a request."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-from pbserve.core.polling import linger as linger_module
-from pbserve.core.polling import spare_cpu
-from pbserve.core.polling.linger import Linger
-from pbserve.core.polling.spare_cpu import SpareCpu
+from pbserve.core.latency import linger as linger_module
+from pbserve.core.latency import spare_cpu
+from pbserve.core.latency.linger import Linger
+from pbserve.core.latency.spare_cpu import SpareCpu
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 

@@ -13,7 +13,7 @@ import pytest
 
 from pbserve.core.instances import stub_process
 from pbserve.core.repository.execution_env import unpacked
-from pbserve.core.instances.private_dir import UntrustedDirectory, check_private, private_dir
+from pbserve.private_dir import UntrustedDirectory, check_private, private_dir
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.testing import running_server
 from client_inputs import http_input

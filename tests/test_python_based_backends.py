@@ -128,7 +128,7 @@ def test_a_backend_found_nowhere_keeps_tritons_error(layout) -> None:
 def test_without_the_flag_the_default_backend_directory_is_tritons(layout) -> None:
     _, repo = layout
     cfg = parse_model_config('backend: "scale"')
-    assert backends.backend_directory() == Path("/opt/tritonserver/backends")
+    assert backends.DEFAULT_BACKEND_DIRECTORY == "/opt/tritonserver/backends"
     with pytest.raises(Exception, match="unable to find backend library for backend 'scale'"):
         complete_defaults(cfg, "double", repo / "double")
     # the model whose own version folder has a model.py needs no backend directory
@@ -159,15 +159,11 @@ def test_missing_package_message_names_what_to_install() -> None:
 
 
 def test_search_order(tmp_path: Path) -> None:
-    backends.set_backend_directory(tmp_path / "bd")
-    try:
-        paths = backends.search_paths("onnxruntime", tmp_path / "m", "1")
-        assert paths == [tmp_path / "m" / "1", tmp_path / "m",
-                         backends.BUILTIN_DIRECTORY / "onnxruntime",
-                         tmp_path / "bd" / "onnxruntime"]
-        assert backends.search_paths("x", None, None) == [tmp_path / "bd" / "x"]
-    finally:
-        backends.set_backend_directory(None)
+    paths = backends.search_paths("onnxruntime", tmp_path / "m", "1", tmp_path / "bd")
+    assert paths == [tmp_path / "m" / "1", tmp_path / "m",
+                     backends.BUILTIN_DIRECTORY / "onnxruntime",
+                     tmp_path / "bd" / "onnxruntime"]
+    assert backends.search_paths("x", None, None, tmp_path / "bd") == [tmp_path / "bd" / "x"]
 
 
 @pytest.mark.parametrize("text, files, backend, platform, filename", [

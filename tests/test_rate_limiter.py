@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pbserve.core.instances.rate_limiter import PER_DEVICE, RateLimiter, parse_resource
+from pbserve.core.scheduling.rate_limiter import PER_DEVICE, RateLimiter, parse_resource
 from pbserve.errors import ServerError
 from pbserve.testing import running_server
 

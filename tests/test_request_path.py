@@ -1,6 +1,6 @@
 """The request path between parent and stub: the parent's bounded watch for a reply
 (ModelInstance.watch_for_reply), a request announced to an idle stub before it is sent
-(ModelInstance.expect_request) and a request queued in an instance's stub behind the
+(Hop.announce, latency/hop.py) and a request queued in an instance's stub behind the
 running one (ModelInstance.can_queue_another). Answers come back right every way, a
 killed stub still costs only its running request, and a queued request cancelled before
 it starts never runs."""
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from pbserve.core.instances import hop as hop_module
-from pbserve.core.instances.hop import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
+from pbserve.core.latency import hop as hop_module
+from pbserve.core.latency.hop import QUEUE_AHEAD_MAX_HOP_NS, REPLY_WATCH_NS
 from pbserve.core.instances.stub_process import StubProcess
 from pbserve.errors import ServerError
 from pbserve.testing import load_models, running_server

@@ -27,7 +27,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from client_inputs import http_input as h_in
-from pbserve.core.instances.gpus import visible_gpus
+from pbserve.core.config.gpus import visible_gpus
 from pbserve.testing import running_server, stub_pids
 from polling import wait_for
 

@@ -13,7 +13,7 @@ from pbserve.app import run
 from pbserve.cli.ignored_flags import warn_ignored
 from pbserve.cli.parser import build_parser, check_flags
 from pbserve.cli.settings import check_request_plane_options, configure_logging, \
-    derived_settings
+    server_options
 from pbserve.cli.trace_flags import configure_tracing
 
 __all__ = ["main"]
@@ -38,6 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    settings = derived_settings(args)  # SystemExit naming a wrong flag
+    options = server_options(args)  # SystemExit naming a wrong flag
     warn_ignored(args)
-    return run(args, settings)
+    return run(options)

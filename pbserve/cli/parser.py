@@ -11,7 +11,7 @@ import sys
 
 from pbserve.core.instances.outage import RESTART_WAIT_S
 from pbserve.cli.grpc_flags import add_grpc_limit_flags
-from pbserve.core.instances.rate_limiter import parse_resource
+from pbserve.core.scheduling.rate_limiter import parse_resource
 from pbserve.cli.help_format import Parser
 from pbserve.cli.ignored_flags import add_ignored_flags
 from pbserve.cli.plane_flags import add_plane_flags

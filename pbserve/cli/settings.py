@@ -1,13 +1,20 @@
-"""What the flags make beyond their raw values: the log settings, the HTTP limits, TLS,
-the restricted APIs, the request plane's connection options; each checked, and an error
-naming the flag when it is wrong."""
+"""The flags made into the server's options (pbserve/options.py: `server_options`), and
+the log settings; each checked, with an error naming the flag when it is wrong."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from pbserve.app import DerivedSettings
 from pbserve.core.cache.cache_config import cache_size
+from pbserve.core.config.config_sources import ConfigSources
+from pbserve.core.scheduling.rate_limiter import parse_resource
+from pbserve.core.instances.model_debug import ModelDebug
+from pbserve.core.options import CoreOptions, RateLimit
+from pbserve.errors import ServerError
+from pbserve.model_backends import DEFAULT_BACKEND_DIRECTORY
+from pbserve.options import EndpointOptions, FrontendOptions, PlaneOptions, ServerOptions
 from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.cli.grpc_flags import grpc_limits
 from pbserve.server.http.limits import HttpLimits
@@ -65,17 +72,65 @@ def restricted(args: argparse.Namespace) -> tuple[dict, dict]:
         raise SystemExit(f"Error: {exc}") from None
 
 
-def derived_settings(args: argparse.Namespace) -> DerivedSettings:
-    """What the server takes beyond the raw flags (in this order: the first wrong flag
-    is the one named); SystemExit as the functions above."""
+def server_options(args: argparse.Namespace) -> ServerOptions:
+    """The server's options of the flags (in this order: the first wrong flag is the one
+    named); SystemExit as the functions above, and for a --model-config-defaults or
+    --backend-config that does not parse."""
     limits = http_limits(args)
     http_tls, grpc_tls = tls_config(args, "http"), tls_config(args, "grpc")
     http_restricted, grpc_restricted = restricted(args)
-    return DerivedSettings(grpc_limits=grpc_limits(args),
-                           limits=limits, http_tls=http_tls, grpc_tls=grpc_tls,
-                           http_restricted=http_restricted, grpc_restricted=grpc_restricted,
-                           auto_complete=auto_complete(args),
-                           cache_size=response_cache_size(args))
+    frontends = FrontendOptions(
+        http=EndpointOptions(args.allow_http, args.http_address, args.http_port),
+        grpc=EndpointOptions(args.allow_grpc, args.grpc_address, args.grpc_port),
+        metrics=EndpointOptions(args.allow_metrics, args.metrics_address, args.metrics_port),
+        http_limits=limits, http_tls=http_tls, grpc_tls=grpc_tls,
+        http_restricted=http_restricted, grpc_restricted=grpc_restricted,
+        grpc_transport=args.grpc_transport, grpc_limits=grpc_limits(args))
+    return ServerOptions(
+        repositories=tuple(args.model_repository), core=core_options(args),
+        config_sources=config_sources(args), frontends=frontends,
+        plane=plane_options(args), exit_timeout_s=args.exit_timeout_secs,
+        exit_on_error=args.exit_on_error)
+
+
+def core_options(args: argparse.Namespace) -> CoreOptions:
+    """The model manager's options (core/options.py)."""
+    return CoreOptions(
+        control_mode=args.model_control_mode, startup_models=tuple(args.load_model),
+        auto_complete=auto_complete(args), poll_secs=args.repository_poll_secs,
+        allow_client_shm=args.allow_client_shm, restart_wait_s=args.restart_wait_secs,
+        model_namespacing=args.model_namespacing, strict_readiness=args.strict_readiness,
+        load_thread_count=args.model_load_thread_count, stub_zygote=args.stub_zygote,
+        response_cache_bytes=response_cache_size(args),
+        backend_directory=Path(args.backend_directory or DEFAULT_BACKEND_DIRECTORY),
+        model_debug=ModelDebug(args.model_debug or "", args.model_debug_port or "",
+                               sys.stdin.isatty()),
+        rate_limit=RateLimit(args.rate_limit.lower(),
+                             tuple(parse_resource(r) for r in args.rate_limit_resource)))
+
+
+def config_sources(args: argparse.Namespace) -> ConfigSources:
+    """--model-config-defaults, --backend-config python,..., --cuda-memory-pool-byte-size;
+    SystemExit naming what does not parse."""
+    try:
+        return ConfigSources.from_files(args.model_config_defaults, args.backend_config,
+                                        args.cuda_memory_pool_byte_size)
+    except ServerError as exc:
+        raise SystemExit(f"Error: {exc.message}") from None
+
+
+def plane_options(args: argparse.Namespace) -> PlaneOptions | None:
+    """--request-plane's options (None without it); imports the plane only with it."""
+    if not args.request_plane:
+        return None
+    from pbserve.distributed.node import DataPlaneSettings
+    from pbserve.distributed.request_plane import ConnectionOptions
+
+    return PlaneOptions(
+        url=args.request_plane, heartbeat_s=args.plane_heartbeat_secs,
+        worker_name=args.worker_name, connection=ConnectionOptions.from_args(args),
+        data_plane=DataPlaneSettings(args.data_plane_address, args.plane_inline_max_bytes,
+                                     args.data_plane_ttl_secs, args.http_max_input_size))
 
 
 def response_cache_size(args: argparse.Namespace) -> int | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Protocol
 
-from pbserve.core.shared_memory import SharedMemoryManager
+from pbserve.core.memory.shared_memory import SharedMemoryManager
 from pbserve.core.types import InferRequest, InferResponse
 
 
@@ -37,7 +37,7 @@ class ModelHandle(Protocol):
 
 class InputPlacer(Protocol):
     """Where a frontend gathers a large request's tensors as they arrive (the parent's
-    shm pool: backend/input_placer.py), so that they need no copy of their own. On the
+    shm pool: memory/input_placer.py), so that they need no copy of their own. On the
     event loop's thread."""
 
     def place(self, nbytes: int) -> tuple[memoryview, Any] | None:

@@ -6,7 +6,7 @@ from typing import AsyncIterator
 
 from pbserve.core.ensemble.model import EnsembleModel
 from pbserve.core.model import Model
-from pbserve.core.shared_memory import SharedMemoryManager
+from pbserve.core.memory.shared_memory import SharedMemoryManager
 from pbserve.core.types import InferRequest, InferResponse
 
 

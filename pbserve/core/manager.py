@@ -19,33 +19,35 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from pbserve import __version__
 from pbserve.core.cache.response_cache import ResponseCache
 from pbserve.core.observability import metrics
-from pbserve.core.model import Model
+from pbserve.core.model import Model, ModelServices
+from pbserve.core.options import CoreOptions
 from pbserve.core.config.config_checks import ENSEMBLE_PLATFORM, validate_io_config
 from pbserve.core.ensemble.model import EnsembleModel
 from pbserve.core.ensemble.remote_step import RemoteStep
 from pbserve.core.load_progress import LoadProgress
 from pbserve.core.loaded_model import LoadedModel
-from pbserve.core.input_placer import InputPlacer
-from pbserve.core.instances.block_refs import BlockRefs
+from pbserve.core.memory.input_placer import InputPlacer
+from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.core.config.config_sources import ConfigSources
 from pbserve.core.repository.file_override import (
     remove_override, sweep_dead_overrides, write_override)
-from pbserve.core.instances.gpus import visible_gpus
-from pbserve.core.instances.instance import ModelInstance, RunningInstances
-from pbserve.core.instances.shm_upkeep import ShmUpkeep
-from pbserve.core.instances.outage import RESTART_WAIT_S
-from pbserve.core.polling.linger import Linger
+from pbserve.core.config.gpus import visible_gpus
+from pbserve.core.instances.instance import InstanceServices, ModelInstance
+from pbserve.core.scheduling.rate_limiter import RateLimiter
+from pbserve.core.memory.shm_upkeep import ShmUpkeep
+from pbserve.core.latency.hop import RunningInstances
+from pbserve.core.latency.linger import Linger
 from pbserve.core.config.model_config import complete_defaults, config_to_dict, model_metadata
 from pbserve.core.repository.repository import (
     RepositoryScan, check_explicit, check_model_name, find_model, scan_repositories,
     served_versions)
-from pbserve.core.instances.remote_calls import RemoteModels
+from pbserve.core.stub_calls.remote import RemoteModels
 from pbserve.core.repository.dependencies import (
     CircularDependency, WaitingEnsembles, check_not_loading, loading)
 from pbserve.core.repository.namespaces import Namespaces
 from pbserve.core.repository.repository_poller import RepositoryPoller, fingerprint
-from pbserve.core.shared_memory import SharedMemoryManager
-from pbserve.core.instances.stub_calls import StubCalls
+from pbserve.core.memory.shared_memory import SharedMemoryManager
+from pbserve.core.stub_calls.dispatch import StubCalls
 from pbserve.core.instances.stub_launch import PlainLauncher, StubLauncher
 from pbserve.core.instances.stub_process import stub_environment
 from pbserve.core.instances.zygote_launcher import ZygoteLauncher
@@ -98,51 +100,42 @@ class ModelEntry:
 
 
 class ModelManager:
-    # tritonserver's --strict-readiness (false: ready whenever live) and
-    # --model-load-thread-count (start-up loads at once); set before start()
-    strict_readiness = True
-    load_thread_count = 4
-    response_cache: ResponseCache | None = None  # --cache-config's; set before start()
-    # pbserve's --stub-zygote: stubs forked by a zygote (zygote_launcher.py) or each
-    # started as its own `python -m stub` (stub_launch.py's PlainLauncher)
-    stub_zygote = True
-
-    def __init__(self, repositories: list[Path], control_mode: str = "none",
-                 startup_models: list[str] | None = None, auto_complete: bool = True,
-                 config_sources: ConfigSources | None = None, poll_secs: float = 15.0,
-                 allow_client_shm: bool = True, restart_wait_s: float = RESTART_WAIT_S,
-                 refresh: Callable[[], Awaitable[None]] | None = None,
-                 model_namespacing: bool = False) -> None:
-        """`restart_wait_s`: how long requests wait for a model none of whose instances
-        can run (outage.py). `refresh`: brings the repositories' local copies up to date
-        (cloud repositories), before each poll and each load request.
-        `model_namespacing`: --model-namespacing (namespaces.py)."""
-        if control_mode not in ("none", "explicit", "poll"):
-            raise invalid_arg(f"unsupported model control mode '{control_mode}'")
+    def __init__(self, repositories: list[Path], options: CoreOptions = CoreOptions(),
+                 config_sources: ConfigSources | None = None,
+                 refresh: Callable[[], Awaitable[None]] | None = None) -> None:
+        """`options`: the command line's (core/options.py). `refresh`: brings the
+        repositories' local copies up to date (cloud repositories), before each poll and
+        each load request."""
         self.repositories = [Path(r).resolve() for r in repositories]
-        self.control_mode = control_mode
-        self.startup_models = list(startup_models or [])
-        self.auto_complete = auto_complete
+        self.options = options
+        self.control_mode = options.control_mode
         self.config_sources = config_sources or ConfigSources()
-        self.restart_wait_s = restart_wait_s
+        self.response_cache = ResponseCache(options.response_cache_bytes) \
+            if options.response_cache_bytes else None
+        if self.response_cache is not None:
+            log.info("Response cache: 'local', %d bytes", options.response_cache_bytes)
+        self._limiter = RateLimiter(options.rate_limit.resources) \
+            if options.rate_limit.on else None
+        self._services: ModelServices | None = None  # made by start(), with the pool
         self._refresh = refresh
-        self._ns = Namespaces(self.repositories, model_namespacing)
+        self._ns = Namespaces(self.repositories, options.model_namespacing)
         self._poller = RepositoryPoller(
-            self.repositories, poll_secs, self._poll_load, self._poll_unload,
+            self.repositories, options.poll_secs, self._poll_load, self._poll_unload,
             lambda: {n: e.fingerprint for n, e in self._entries.items() if e.fingerprint},
-            refresh=refresh, namespacing=model_namespacing) if control_mode == "poll" else None
+            refresh=refresh, namespacing=options.model_namespacing) \
+            if options.control_mode == "poll" else None
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
         self._upkeep = ShmUpkeep(self.config_sources.shm_sizes, self._regions,
                                  self._all_instances)
         self._calls = StubCalls(self.model, self._regions.view, self)
-        self._running = RunningInstances()  # whether a reply is watched for (instance.py)
+        self._running = RunningInstances()  # whether a reply is watched for (latency/hop.py)
         self._linger = Linger()  # the loop turns on for a while after each request
         self._waiting = WaitingEnsembles()  # unloaded with a model they compose
         self._background: set[asyncio.Task] = set()
         self.shared_memory = SharedMemoryManager(self._regions, self._forget_client_window,
-                                                 allow_client_shm, visible_gpus)
+                                                 options.allow_client_shm, visible_gpus)
         self._live = False
         self._launcher: StubLauncher = PlainLauncher()
 
@@ -154,7 +147,7 @@ class ModelManager:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
         for directory in sweep_dead_overrides():
             log.info("removed %s, model files a dead server was loaded from", directory)
-        if self.stub_zygote:
+        if self.options.stub_zygote:
             self._launcher = ZygoteLauncher()
         sizes = self.config_sources.shm_sizes
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
@@ -162,12 +155,18 @@ class ModelManager:
         self._calls.blocks = self._refs
         self._placer = InputPlacer(self._refs)
         self._upkeep.start(self._pool, self._placer.relieve)
+        self._services = ModelServices(
+            InstanceServices(self._regions, self._calls, self._running, self._refs,
+                             self._upkeep, self._launcher),
+            self.options.restart_wait_s, self.response_cache, self._limiter,
+            self.options.model_debug, self.options.backend_directory,
+            self._linger.after_request)
         self._live = True
         names = self._startup_names()
         if names and isinstance(self._launcher, ZygoteLauncher):
             self._launcher.prepare(sys.executable, stub_environment())
         # Each load logs its outcome; a model that fails stays UNAVAILABLE in the index.
-        slots = asyncio.Semaphore(max(1, self.load_thread_count))
+        slots = asyncio.Semaphore(max(1, self.options.load_thread_count))
         progress = LoadProgress(len(names))
         failed_before = {n for n in names if n in self._entries and self._entries[n].failed}
 
@@ -201,9 +200,10 @@ class ModelManager:
             entry = self._entry(name)
             entry.failed = True
             entry.reason = "failed to poll from model repository: model is not unique"
-        if self.control_mode != "explicit" or "*" in self.startup_models:
+        startup = self.options.startup_models
+        if self.control_mode != "explicit" or "*" in startup:
             return list(scanned.models)
-        return list(dict.fromkeys(k for n in self.startup_models
+        return list(dict.fromkeys(k for n in startup
                                   for k in self._ns.keys_of(n, scanned.models) or [n]))
 
     def repository_models(self) -> list[str]:
@@ -215,7 +215,7 @@ class ModelManager:
 
     def route_missing_to(self, remote: RemoteModels) -> None:
         """BLS calls to models not loaded here go to `remote` (other processes' models,
-        remote_calls.py); set by the layer above, which the backend never imports."""
+        stub_calls/remote.py); set by the layer above, which the core never imports."""
         self._calls.remote = remote
 
     def begin_stop(self) -> None:
@@ -259,7 +259,7 @@ class ModelManager:
 
     async def is_ready(self) -> bool:
         """Strict readiness, as Triton's: every model loaded, and each one ready."""
-        if not self.strict_readiness:  # --strict-readiness false: ready when live
+        if not self.options.strict_readiness:  # false: ready whenever live
             return self._live
         if not self._live or any(e.failed for e in self._entries.values()):
             return False
@@ -498,19 +498,18 @@ class ModelManager:
         key, name = name, self._ns.name(name)
         model_dir = override_dir or find_model(self.repositories, key).path
         cfg = self.config_sources.config(model_dir, config_override)
-        cfg = complete_defaults(cfg, name, model_dir, gpus=visible_gpus(), check_io=False)
+        cfg = complete_defaults(cfg, name, model_dir, gpus=visible_gpus(), check_io=False,
+                                backend_directory=self.options.backend_directory)
         versions = served_versions(cfg, model_dir)
         assert self._pool is not None
         if cfg.platform == ENSEMBLE_PLATFORM:
             return await self._load_ensemble(key, model_dir, cfg, versions)
         loaded: dict[str, Model | EnsembleModel] = {}
         for version in versions:
-            model = Model(name, version, model_dir, cfg, self._refs, self._regions,
-                          self._calls, self._running, self.restart_wait_s, upkeep=self._upkeep,
-                          on_request_done=self._linger.after_request,
-                          cache=self.response_cache, launcher=self._launcher)
+            assert self._services is not None
+            model = Model(name, version, model_dir, cfg, self._services)
             try:
-                await model.load(self.auto_complete)
+                await model.load(self.options.auto_complete)
             except ServerError as err:
                 await asyncio.gather(*(m.unload() for m in loaded.values()))
                 raise ServerError(err.code, f"load failed for model '{name}': version "

@@ -7,15 +7,16 @@ import itertools
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from pbserve.core.repository.execution_env import stub_python
-from pbserve.model_backends import PYTHON_BACKEND, find_backend_model
+from pbserve.model_backends import DEFAULT_BACKEND_DIRECTORY, PYTHON_BACKEND, find_backend_model
 from pbserve.core.instances.instance import (
-    InstanceServices, ModelInstance, RunningInstances)
-from pbserve.core.instances.model_debug import is_debugged
-from pbserve.core.instances.rate_limiter import server_rate_limiter
+    InstanceServices, ModelInstance)
+from pbserve.core.instances.model_debug import ModelDebug
+from pbserve.core.scheduling.rate_limiter import RateLimiter
 from pbserve.core.instances.supervisor import InstanceSpec, InstanceState
 from pbserve.core.observability import metrics
 from pbserve.core.observability.metrics import ModelStats
@@ -26,8 +27,6 @@ from pbserve.core.instances.outage import RESTART_WAIT_S, Outage
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.scheduler import Scheduler
 from pbserve.core.scheduling.sequence_batcher import SequenceBatcher
-from pbserve.core.instances.stub_calls import StubCalls
-from pbserve.core.instances.stub_launch import StubLauncher
 from pbserve.core.types import InferRequest, InferResponse
 from pbserve.core.observability.tracing import TRACER, Trace
 from pbserve.core.validation import RequestValidator
@@ -35,11 +34,11 @@ from pbserve.core.instances.warmup import warm_up, warmup_samples
 from pbserve.core.cache.cached_infer import infer_cached, new_load
 from pbserve.core.cache.response_cache import ResponseCache
 from pbserve.errors import ErrorCode, ServerError
-from pbserve.core.instances.block_refs import BlockRefs
-from pbserve.core.instances.shm_upkeep import (
-    SHM_WAIT_S, ShmUpkeep, shm_capacity, too_large_message, waited_message)
+from pbserve.core.memory.block_refs import BlockRefs
+from pbserve.core.memory.shm_upkeep import (
+    SHM_WAIT_S, shm_capacity, too_large_message, waited_message)
 from shm.region import ShmExhausted
-from shm.pool import Block, RegionMap
+from shm.pool import Block
 from stub import protocol as p
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -51,29 +50,43 @@ _keys = itertools.count(1)
 AHEAD_MAX_BYTES = 1 << 20
 
 
+@dataclass(frozen=True)
+class ModelServices:
+    """What every model of a server shares, built once by the manager: its instances'
+    services (instance.py), the server's response cache (used by a model whose config
+    enables it) and rate limiter (None: --rate-limit off), the options a model reads,
+    and what to call after each request's final response."""
+
+    instances: InstanceServices
+    restart_wait_s: float = RESTART_WAIT_S
+    cache: ResponseCache | None = None
+    limiter: RateLimiter | None = None
+    debug: ModelDebug = ModelDebug()
+    backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)
+    on_request_done: Callable[[], None] | None = None
+
+    @property
+    def refs(self) -> BlockRefs | None:
+        return self.instances.refs
+
+
+
 class Model:
     """One loaded version of a model. The `InstanceEvents` of its instances
     (instances/events.py): they tell it when they can take a batch and how one ended."""
 
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
-                 refs: BlockRefs, regions: RegionMap, calls: StubCalls,
-                 running: RunningInstances | None = None,
-                 restart_wait_s: float = RESTART_WAIT_S,
-                 upkeep: ShmUpkeep | None = None,
-                 on_request_done: Callable[[], None] | None = None,
-                 cache: ResponseCache | None = None,
-                 launcher: StubLauncher | None = None) -> None:
-        """`cache`: the server's response cache, used when the config enables it."""
+                 services: ModelServices) -> None:
         self.name = name
         self.version = str(version)
         self.model_dir = model_dir
         self.cfg = cfg
         self.decoupled = is_decoupled(cfg)
         self.stats = ModelStats(name, self.version)
-        self._refs = refs
-        self._services = InstanceServices(regions, calls, running or RunningInstances(),
-                                          refs, upkeep, launcher)
-        self._on_request_done = on_request_done  # after each request's (final) response
+        self._model_services = services
+        self._refs = services.refs
+        self._services = services.instances
+        self._on_request_done = services.on_request_done  # after each final response
         self._stages = False  # whether requests are queued with their inputs out of shm
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._validator: RequestValidator | None = None
@@ -81,8 +94,8 @@ class Model:
         self._log = logging.getLogger(f"pbserve.model.{name}")
         self.scheduler: Scheduler | SequenceBatcher | None = None
         self.instances: list[ModelInstance] = []
-        self._outage = Outage(name, restart_wait_s, self._fail_queued)
-        self._server_cache = cache
+        self._outage = Outage(name, services.restart_wait_s, self._fail_queued)
+        self._server_cache = services.cache
         self._cache: ResponseCache | None = None  # the server's, if the config enables it
         self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
@@ -96,7 +109,8 @@ class Model:
         ONNX Runtime, PyTorch, --backend-directory); "" for a Python model."""
         if self.cfg.backend == PYTHON_BACKEND:
             return ""
-        found = find_backend_model(self.cfg.backend, self.model_dir, self.version)
+        found = find_backend_model(self.cfg.backend, self.model_dir, self.version,
+                                   self._model_services.backend_directory)
         return str(found) if found is not None else ""
 
     async def not_ready_reason(self) -> str | None:
@@ -162,6 +176,7 @@ class Model:
         """The instances of every group, not started. The first one runs auto-complete,
         so the scheduler is made later, from the completed config (`_set_config`)."""
         backend_path = self.backend_path
+        debug = self._model_services.debug
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
             # As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
@@ -180,11 +195,11 @@ class Model:
                 )
                 spec = InstanceSpec(self.name, self.version, instance_name,
                                     str(self.model_path), args, self._python,
-                                    backend_path)
+                                    backend_path, debug.stub_args(self.name))
                 instance = ModelInstance(spec, self._services, self, self._log)
                 self.instances.append(instance)
                 self._limit(instance, group, device)
-                if is_debugged(self.name):  # its one stub gets the terminal
+                if debug.debugs(self.name):  # its one stub gets the terminal
                     self._log.warning("--model-debug: model '%s' runs a single instance, %s",
                                       self.name, instance_name)
                     return
@@ -193,7 +208,7 @@ class Model:
                device: int) -> None:
         """Under --rate-limit execution_count, the instance's place in the rate limiter
         (its group's rate_limiter config); Triton's load error if it cannot work."""
-        limiter = server_rate_limiter()
+        limiter = self._model_services.limiter
         if limiter is None or not group.HasField("rate_limiter"):
             return
         config = group.rate_limiter
@@ -206,7 +221,7 @@ class Model:
             raise
 
     def _unlimit(self) -> None:
-        limiter = server_rate_limiter()
+        limiter = self._model_services.limiter
         for instance in self.instances:
             if instance.limit is not None and limiter is not None:
                 limiter.remove(instance.limit)
@@ -389,7 +404,7 @@ class Model:
         """`infer` without a coroutine, for a request no trace may sample (it has no
         parent trace and tracing is off: `infer` is the way that ends a trace). The
         request is queued now, and `answer` gets its response in the pass that read it,
-        its statistics already counted (a stub's BLS call, stub_calls.py: no turn of the
+        its statistics already counted (a stub's BLS call, stub_calls/bls.py: no turn of the
         event loop on either way). Raises what validation raises; `cancel` drops it, and
         `answer` still gets whatever comes after."""
         if self.decoupled:
@@ -541,7 +556,7 @@ class Model:
         # sees them as requested, and an output it returns that is not one is dropped.
         requested = tuple(request.requested_outputs or self._output_names)
         # The stub may answer with an input as it is when the parent owns its block (it
-        # counts references, block_refs.py) and the model answers once per request.
+        # counts references, memory/block_refs.py) and the model answers once per request.
         lendable = not self.decoupled and bool(descs) and all(
             self._refs.is_held((d[3], d[4])) for d in descs)
         msg = p.request_msg(key=key, request_id=request.id,
@@ -555,7 +570,7 @@ class Model:
         pending.input_ns = input_ns
         if not staged:
             pending.unstaged = msg
-        # The request's client regions are held until it completes (shared_memory.py).
+        # The request's client regions are held until it completes (memory/shared_memory.py).
         pending.on_complete, request._shm_release = request._shm_release, None
         self.stats.pending += 1
         assert self.scheduler is not None
@@ -597,7 +612,7 @@ class Model:
                      ) -> tuple[tuple, list[Block]]:
         """One copy of each input into the parent's pool; descriptors for the stub. An
         input in a client's region is not copied: the stub reads it there; nor is one a
-        frontend gathered in the pool already (backend/input_placer.py): its block is
+        frontend gathered in the pool already (memory/input_placer.py): its block is
         taken over."""
         descs = []
         blocks = []

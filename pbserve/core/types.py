@@ -44,7 +44,7 @@ class TensorData:
     data: Buffer
     shm: ShmRef | None = None
     # The data already lives in a block of the parent's shm pool (a frontend gathered
-    # it there: backend/input_placer.py PlacedBlock); the request takes it over.
+    # it there: memory/input_placer.py PlacedBlock); the request takes it over.
     placed: Any = None
 
 
@@ -63,7 +63,7 @@ class InferRequest:
     priority: int = 0
     timeout_us: int = 0
     # Outputs to write into client regions (by name), and whether any input or output
-    # names a region (the backend then resolves them: shared_memory.py).
+    # names a region (the core then resolves them: memory/shared_memory.py).
     output_shm: dict[str, ShmRef] | None = None
     uses_shm: bool = False
     # The caller is a stub that takes GPU outputs as they are, by CUDA IPC (a BLS call

@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 
 from pbserve import __version__
 from pbserve.core.manager import EXTENSIONS, READY
-from pbserve.core.shared_memory import SharedMemoryManager
+from pbserve.core.memory.shared_memory import SharedMemoryManager
 from pbserve.core.types import InferRequest, InferResponse
 from pbserve.distributed.codec import decode_accepted, decode_response, encode_request
 from pbserve.distributed.data_plane import DataPlane, HeldGroup

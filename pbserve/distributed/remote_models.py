@@ -1,8 +1,8 @@
 """A worker's reach beyond its own models: the request plane for the others.
 
-`PlaneModels` is the backend's `RemoteModels` (pbserve/core/instances/remote_calls.py): a BLS
-call from one of this worker's models to a model it does not have goes to the plane, to
-a worker that serves it. `RoutingCore` is the worker's InferenceCore for its HTTP and
+`PlaneModels` is the core's `RemoteModels` (pbserve/core/stub_calls/remote.py): a BLS call
+from one of this worker's models to a model it does not have goes to the plane, to a
+worker that serves it. `RoutingCore` is the worker's InferenceCore for its HTTP and
 gRPC: its own models first, any other model the registry knows through the plane.
 """
 

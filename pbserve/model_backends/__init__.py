@@ -21,21 +21,10 @@ BUILTIN_BACKENDS = ("onnxruntime", "pytorch")
 # The extra that installs what a built-in backend imports: package -> pip argument.
 EXTRAS = {"onnxruntime": "pbserve[onnx]", "torch": "pbserve[torch]"}
 
-_backend_directory = Path(DEFAULT_BACKEND_DIRECTORY)
-
-
-def set_backend_directory(path: str | Path | None) -> None:
-    """`--backend-directory` (None: tritonserver's default)."""
-    global _backend_directory
-    _backend_directory = Path(path or DEFAULT_BACKEND_DIRECTORY)
-
-
-def backend_directory() -> Path:
-    return _backend_directory
-
-
-def search_paths(backend: str, model_dir: Path | None, version: str | None) -> list[Path]:
-    """The folders searched for `<backend>`'s model.py, first match wins."""
+def search_paths(backend: str, model_dir: Path | None, version: str | None,
+                 backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)) -> list[Path]:
+    """The folders searched for `<backend>`'s model.py, first match wins
+    (`backend_directory`: --backend-directory's)."""
     paths: list[Path] = []
     if model_dir is not None:
         if version is not None:
@@ -44,23 +33,25 @@ def search_paths(backend: str, model_dir: Path | None, version: str | None) -> l
     if backend in BUILTIN_BACKENDS:
         paths.append(BUILTIN_DIRECTORY / backend)
     if backend and "/" not in backend and backend not in (".", ".."):
-        paths.append(_backend_directory / backend)
+        paths.append(Path(backend_directory) / backend)
     return paths
 
 
-def find_backend_model(backend: str, model_dir: Path | None,
-                       version: str | None = None) -> Path | None:
+def find_backend_model(backend: str, model_dir: Path | None, version: str | None = None,
+                       backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)
+                       ) -> Path | None:
     """The model.py serving a model of `backend` (not "python"); None if there is none."""
-    for folder in search_paths(backend, model_dir, version):
+    for folder in search_paths(backend, model_dir, version, backend_directory):
         candidate = folder / BACKEND_MODEL_FILENAME
         if candidate.is_file():
             return candidate
     return None
 
 
-def backend_exists(backend: str, model_dir: Path | None) -> bool:
+def backend_exists(backend: str, model_dir: Path | None,
+                   backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)) -> bool:
     """Whether some version of the model in `model_dir` would find a model.py."""
-    if find_backend_model(backend, model_dir) is not None:
+    if find_backend_model(backend, model_dir, None, backend_directory) is not None:
         return True
     if model_dir is None:
         return False

@@ -4,10 +4,13 @@ be bound is the one named); app.py's `start_servers` hands them to the servers."
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pbserve.server.listener import Listener
+
+if TYPE_CHECKING:
+    from pbserve.options import FrontendOptions
 
 
 @dataclass
@@ -19,18 +22,16 @@ class Endpoints:
     metrics: Listener | None = None
 
     @classmethod
-    def bind(cls, args: argparse.Namespace) -> Endpoints:
+    def bind(cls, options: FrontendOptions) -> Endpoints:
         """Bind each endpoint's address; BindError for the first that cannot be, with
         those bound before it closed."""
         endpoints = cls()
         try:
-            if args.allow_grpc:
-                endpoints.grpc = Listener.bind("GRPC", args.grpc_address, args.grpc_port)
-            if args.allow_http:
-                endpoints.http = Listener.bind("HTTP", args.http_address, args.http_port)
-            if args.allow_metrics:
-                endpoints.metrics = Listener.bind("Metrics", args.metrics_address,
-                                                  args.metrics_port)
+            for name, endpoint in (("GRPC", options.grpc), ("HTTP", options.http),
+                                   ("Metrics", options.metrics)):
+                if endpoint.enabled:
+                    setattr(endpoints, name.lower(),
+                            Listener.bind(name, endpoint.address, endpoint.port))
         except BaseException:
             endpoints.close()
             raise

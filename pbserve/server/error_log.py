@@ -8,6 +8,7 @@ line let through saying how many of its kind were left out. Kinds are fixed by t
 What is logged: an unexpected exception with its traceback (it is a bug); shared memory
 that ran out, and a request that cannot be decoded at all, as one line; errors a request
 is expected to end with (an unknown model, a wrong shape) not at all, as before.
+`error_of` is the error any exception ends a request with, in both frontends.
 """
 
 from __future__ import annotations
@@ -16,12 +17,21 @@ import logging
 import time
 from collections.abc import Callable
 
-from pbserve.errors import MalformedRequest, ServerError
-from pbserve.server.http.codec import error_of
+from pbserve.errors import ErrorCode, MalformedRequest, ServerError, internal
 from shm.region import ShmExhausted
 
 BURST = 5
 INTERVAL_S = 10.0
+
+
+def error_of(exc: BaseException) -> ServerError:
+    """Any exception of a request -> a ServerError: shared memory that cannot be had is
+    RESOURCE_EXHAUSTED (its message names the size), other unexpected ones INTERNAL."""
+    if isinstance(exc, ServerError):
+        return exc
+    if isinstance(exc, ShmExhausted):
+        return ServerError(ErrorCode.RESOURCE_EXHAUSTED, str(exc))
+    return internal(f"{type(exc).__name__}: {exc}")
 
 
 class _Bucket:

@@ -242,12 +242,15 @@ def model_metadata(cfg: ModelConfig, versions: Iterable[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 def complete_defaults(cfg: ModelConfig, model_name: str, model_path: Path | None = None,
-                      *, gpus: Iterable[int] = (), check_io: bool = True) -> ModelConfig:
+                      *, gpus: Iterable[int] = (), check_io: bool = True,
+                      backend_directory: Path = Path(model_backends.DEFAULT_BACKEND_DIRECTORY)
+                      ) -> ModelConfig:
     """A copy of `cfg` completed and checked the way Triton does before the Python
     backend sees it: GetNormalizedModelConfig, ValidateModelConfig, the directory
     name check, the backend lookup, NormalizeInstanceGroup/ValidateInstanceGroup.
 
     `gpus` are the usable GPU ids; none means Triton built without GPU support.
+    `backend_directory`: --backend-directory, where Python-based backends are found.
     With `check_io=False` inputs/outputs are left unchecked, as Triton does until the
     backend's auto_complete_config has run (then call `apply_auto_complete`).
     """
@@ -260,7 +263,7 @@ def complete_defaults(cfg: ModelConfig, model_name: str, model_path: Path | None
         raise invalid_arg(f"unexpected directory name '{model_name}' for model '{out.name}', "
                           "directory name must equal model name")
     if out.platform != config_checks.ENSEMBLE_PLATFORM:
-        _check_backend(out, model_path)
+        _check_backend(out, model_path, backend_directory)
     gpu_ids = sorted(set(gpus))
     config_checks.normalize_instance_groups(out, gpu_ids)
     config_checks.validate_instance_groups(out, gpu_ids)
@@ -358,7 +361,9 @@ def _first_version_has_file(model_path: Path | None, filename: str) -> bool:
 _PYTHON_RUNTIMES = ("", "libtriton_python.so")
 
 
-def _check_backend(cfg: ModelConfig, model_path: Path | None = None) -> None:
+def _check_backend(cfg: ModelConfig, model_path: Path | None = None,
+                   backend_directory: Path = Path(model_backends.DEFAULT_BACKEND_DIRECTORY)
+                   ) -> None:
     """TritonModel::Create: a backend must be named and be one we have: Python, or a
     Python-based backend (pbserve/model_backends: a model.py in the model's folders, a
     built-in one, or one in --backend-directory)."""
@@ -366,7 +371,7 @@ def _check_backend(cfg: ModelConfig, model_path: Path | None = None) -> None:
         raise invalid_arg(f"must specify 'backend' for '{cfg.name}'")
     if cfg.backend != PYTHON_BACKEND:
         if cfg.runtime in ("", model_backends.BACKEND_MODEL_FILENAME) and \
-                model_backends.backend_exists(cfg.backend, model_path):
+                model_backends.backend_exists(cfg.backend, model_path, backend_directory):
             return
         raise invalid_arg(f"unable to find backend library for backend '{cfg.backend}', "
                           "try specifying runtime on the model configuration.")

@@ -22,7 +22,7 @@ from pbserve.core.cache.response_cache import ResponseCache
 from pbserve.core.ensemble.scheduler import EnsembleRun, StepError, StepModel, Value
 from pbserve.core.ensemble.steps import ensemble_graph
 from pbserve.core.ensemble.validation import validate_ensemble
-from pbserve.core.instances.block_refs import BlockRefs
+from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.core.model import unary_on_decoupled
 from pbserve.core.observability import metrics
 from pbserve.core.observability.metrics import ModelStats

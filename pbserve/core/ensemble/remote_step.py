@@ -11,8 +11,8 @@ from typing import AsyncIterator
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.core.config.model_config import config_from_dict
-from pbserve.core.instances.block_refs import BlockRefs
-from pbserve.core.instances.remote_calls import RemoteModels, in_parent_blocks
+from pbserve.core.memory.block_refs import BlockRefs
+from pbserve.core.stub_calls.remote import RemoteModels, in_parent_blocks
 from pbserve.core.types import InferRequest, InferResponse
 
 

@@ -3,21 +3,24 @@
 `Model` implements `InstanceEvents` and hands itself to each of its instances, which
 call nothing else above them. Every method is called on the server's event loop thread
 (the one that reads the stubs' up queues), never with a lock held, and must not block.
+The instance that tells names itself: of the type `Instance` (instance.py's
+`ModelInstance`, which this module need not know).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from pbserve.core.instances.instance import ModelInstance
     from pbserve.core.pending import PendingRequest
 
+Instance = TypeVar("Instance", contravariant=True)
 
-class InstanceEvents(Protocol):
+
+class InstanceEvents(Protocol[Instance]):
     """A model's side of its instances (model.py's `Model`)."""
 
-    def instance_idle(self, instance: ModelInstance) -> None:
+    def instance_idle(self, instance: Instance) -> None:
         """`instance` can take its next batch. On the event loop, when the stub's answer
         ending a batch was read (after `batch_done` for it) and when a restarted stub is
         ready (after `instance_up`)."""
@@ -38,12 +41,12 @@ class InstanceEvents(Protocol):
         is reported there), for each waiting batch, the newest first, before the running
         batch's requests fail."""
 
-    def instance_down(self, instance: ModelInstance, cause: str, restart_failed: bool
+    def instance_down(self, instance: Instance, cause: str, restart_failed: bool
                       ) -> None:
         """`instance`'s stub died on its own (`restart_failed` False), or starting a new
         one failed (True, once per failed try); it is RESTARTING. On the event loop."""
 
-    def instance_up(self, instance: ModelInstance) -> None:
+    def instance_up(self, instance: Instance) -> None:
         """A restarted stub of `instance` is READY. On the event loop, before
         `instance_idle`."""
 

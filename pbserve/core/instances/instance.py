@@ -11,15 +11,15 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
-from pbserve.core.instances.block_refs import BlockRefs
+from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.core.instances.events import InstanceEvents
 from pbserve.core.instances.outputs import StubOutputs
-from pbserve.core.instances.shm_upkeep import ShmUpkeep
-from pbserve.core.instances.stub_calls import StubCalls
+from pbserve.core.memory.shm_upkeep import ShmUpkeep
+from pbserve.core.stub_calls.dispatch import StubCalls
 from pbserve.core.instances.stub_launch import StubLauncher
-from pbserve.core.instances.hop import REPLY_WATCH_NS, Hop
+from pbserve.core.latency.hop import REPLY_WATCH_NS, Hop, RunningInstances
 from pbserve.core.instances.supervisor import InstanceSpec, InstanceState, StubSupervisor
 from pbserve.core.observability.log_escape import escaped
 from pbserve.core.pending import PendingRequest
@@ -30,36 +30,34 @@ from stub import protocol as p
 
 log = logging.getLogger("pbserve.core")
 
-if TYPE_CHECKING:
-    from pbserve.core.instances.rate_limiter import InstanceLimit
-
 FINAL = 1
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
 
-class RunningInstances:
-    """How many instances of one server are running a batch, and how many of those wait
-    for the answer to a CALL_DIRECT (a BLS `exec()`: the stub's main thread sleeps
-    meanwhile). Touched only on the event loop. The parent watches for a reply only while
-    one instance computes: its idle turns then take no CPU that another stub needs."""
+class ExecutionLimit(Protocol):
+    """The instance's place in the rate limiter (scheduling/rate_limiter.py
+    `InstanceLimit`, under --rate-limit execution_count): a batch starts only once the
+    instance's resources are `allocated`."""
 
-    __slots__ = ("count", "waiting")
+    allocated: bool
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.waiting = 0
+    def stage(self, start: Callable[[], None]) -> None:
+        """Run `start` once the resources are allocated (maybe now)."""
 
-    @property
-    def computing(self) -> int:
-        return self.count - self.waiting
+    def unstage(self) -> None:
+        """The staged start will not be needed (the stub died, the model unloads)."""
+
+    def release(self) -> None:
+        """The execution ended: free the resources (if held)."""
 
 
 @dataclass(frozen=True, slots=True)
 class InstanceServices:
     """What every instance of a server shares: the regions it maps (the stubs' pools,
     clients' windows), the parent's blocks (a response may name one: a lent input), the
-    calls its stubs make (BLS), shm given back (shm_upkeep.py; None: no upkeep), the
-    count of instances running a batch and how stubs are started (stub_launch.py)."""
+    calls its stubs make (BLS: stub_calls/), shm given back (memory/shm_upkeep.py; None:
+    no upkeep), the count of instances running a batch (latency/hop.py) and how stubs
+    are started (stub_launch.py)."""
 
     regions: RegionMap
     calls: StubCalls
@@ -73,21 +71,21 @@ class ModelInstance:
     """Runs batches on one stub; tells `events` when it can take the next."""
 
     def __init__(self, spec: InstanceSpec, services: InstanceServices,
-                 events: InstanceEvents, model_log: logging.Logger) -> None:
+                 events: InstanceEvents[ModelInstance], model_log: logging.Logger) -> None:
         self.spec = spec
         self.model_name = spec.model_name
         self.model_version = spec.model_version
         self.name = spec.name
         self.decoupled = False  # the completed config's (`configure`)
         self.busy = False
-        # --rate-limit execution_count: this instance's resources (rate_limiter.py), and
+        # --rate-limit execution_count: this instance's resources (ExecutionLimit), and
         # the batch waiting for them (staged)
-        self.limit: InstanceLimit | None = None
+        self.limit: ExecutionLimit | None = None
         self._staged: list[PendingRequest] | None = None
-        self.self_calls = 0  # BLS calls in flight from this instance to its own model
+        self._self_calls = 0  # BLS calls in flight from this instance to its own model
         self._calls = services.calls
         self._regions = services.regions
-        self._upkeep = services.upkeep  # shm given back (shm_upkeep.py)
+        self._upkeep = services.upkeep  # shm given back (memory/shm_upkeep.py)
         self._running = services.running
         self._events = events
         self._model_log = model_log
@@ -101,7 +99,8 @@ class ModelInstance:
         self._outputs = StubOutputs(spec.model_name, spec.model_version, services.regions,
                                     services.refs, self._supervisor)
         self._frees = self._outputs.frees  # owed to the stub: they go with the next EXECUTE
-        self.hop = Hop()  # the hop's average and the latency tricks weighing it (hop.py)
+        # the hop's average and the latency tricks weighing it (latency/hop.py)
+        self.hop = Hop()
         self._handlers = self._message_handlers()
         self._direct_calls: set[int] = set()  # CALL_DIRECTs not answered yet
         self._waiting = False  # counted in `_running.waiting` (`_count_waiting`)
@@ -137,8 +136,22 @@ class ModelInstance:
         batch calls its own model, not behind batches that run long: a request bound to
         a slow instance might have gone to another that frees sooner."""
         return (self._supervisor.state is InstanceState.READY and len(self._batches) == 1
-                and not self.decoupled and self.self_calls == 0 and self.limit is None
+                and not self.decoupled and self._self_calls == 0 and self.limit is None
                 and self.hop.may_queue_ahead())
+
+    @property
+    def waits_on_own_model(self) -> bool:
+        """Whether it runs a batch that waits on a BLS call to its own model (a model
+        whose every instance does can serve no such call: stub_calls/bls.py)."""
+        return self.busy and self._self_calls > 0
+
+    def begin_self_call(self) -> None:
+        """A BLS call of this instance's stub to its own model started."""
+        self._self_calls += 1
+
+    def end_self_call(self) -> None:
+        """A BLS call of this instance's stub to its own model ended."""
+        self._self_calls -= 1
 
     @property
     def staged(self) -> bool:
@@ -193,6 +206,7 @@ class ModelInstance:
 
     # -- the supervisor's host (supervisor.StubHost) -------------------------------------
     def stub_started(self) -> None:
+        self.hop.stub = self._supervisor.stub  # the latency tricks reach it from now on
         self._end_busy()
 
     def stub_stopping(self) -> None:
@@ -214,6 +228,7 @@ class ModelInstance:
         self._fail_inflight(message, code)
 
     def stub_gone(self) -> None:
+        self.hop.stub = None
         self._calls.caller_gone(self)
         self._direct_calls.clear()
         self._count_waiting()
@@ -292,27 +307,13 @@ class ModelInstance:
             pending.instance = self
             pending.exec_start_ns = now
 
-    def expect_request(self) -> None:
-        """A request is coming and this idle instance will take it: wake its stub now,
-        so that the stub's wake-up (tens of us from an idle CPU) overlaps the decoding
-        and validation still ahead of `execute` instead of adding to the hop. Only while
-        the machine has CPU to spare (polling/spare_cpu.py): the stub polls until it comes."""
-        stub = self._supervisor.stub
-        if not self.ready or stub is None:
-            return
-        if self.hop.may_announce(time.monotonic_ns()):
-            stub.announce()
-
     def watch_for_reply(self) -> None:
         """Just after `execute` of a request that found this instance idle: look for the
-        stub's answer on each turn of the event loop (at most hop.REPLY_WATCH_NS), so that an
-        idle loop does not sleep in epoll and get woken by the doorbell, a wake-up of an
-        idle CPU on the round trip (StubProcess.watch_up). Only when no other instance is
-        running and this instance's recent hops fit in the budget."""
-        stub = self._supervisor.stub
-        if not self.decoupled and stub is not None and self._staged is None \
-                and self.hop.may_watch(self._running.computing):
-            stub.watch_up(REPLY_WATCH_NS)
+        stub's answer on each turn of the event loop (Hop.watch, latency/hop.py), unless
+        the model is decoupled or the batch waits for the rate limiter. (That a request
+        is coming, the scheduler tells the instance's hop itself: Hop.announce.)"""
+        if not self.decoupled and self._staged is None:
+            self.hop.watch(self._running.computing)
 
     def reply(self, call_id: int, error: str | None, value: object) -> None:
         """Answer a CALL of this stub: on its control queue, or on its main queue for a

@@ -8,7 +8,7 @@ attached to it (the `[debug]` extra installs debugpy). Every other stub's stdout
 stderr reach the server's log line by line (stub_stdio.py), and `breakpoint()` there is
 ignored with a warning (stub/debugging.py).
 
-Set once by the command line before any model loads (as the backend directory is).
+The command line makes the flags into a `ModelDebug`, part of the core's options.
 """
 
 from __future__ import annotations
@@ -19,40 +19,30 @@ from typing import Iterable
 
 @dataclass(frozen=True)
 class ModelDebug:
+    """The two flags (part of core/options.py's CoreOptions)."""
+
     model: str = ""  # the model whose stub gets the terminal; "" = none
     port: str = ""  # "[HOST:]PORT" for debugpy in that stub; "" = none
     terminal: bool = True  # whether the server has one (else debugpy only)
 
+    def debugs(self, model_name: str) -> bool:
+        """Whether `model_name` is the model --model-debug names."""
+        return bool(self.model) and model_name == self.model
 
-_settings = ModelDebug()
-
-
-def set_model_debug(model: str, port: str = "", terminal: bool = True) -> None:
-    """The command line's --model-debug and --model-debug-port; `terminal`: whether
-    the server's stdin is a terminal (without one, only debugpy serves)."""
-    global _settings
-    _settings = ModelDebug(model or "", port or "", terminal)
-
-
-def is_debugged(model_name: str) -> bool:
-    """Whether `model_name` is the model --model-debug names."""
-    return bool(_settings.model) and model_name == _settings.model
+    def stub_args(self, model_name: str) -> tuple[str, ...]:
+        """The arguments that make a stub of `model_name` a debugged one (() for others)."""
+        if not self.debugs(model_name):
+            return ()
+        return (*(("--debug-terminal",) if self.terminal else ()),
+                *(("--debug-port", self.port) if self.port else ()))
 
 
-def stub_debug_args(model_name: str) -> list[str]:
-    """The arguments that make a stub of `model_name` a debugged one ([] for others)."""
-    if not is_debugged(model_name):
-        return []
-    return [*(["--debug-terminal"] if _settings.terminal else []),
-            *(["--debug-port", _settings.port] if _settings.port else [])]
-
-
-def unknown_debugged_model(models: Iterable[str]) -> str | None:
+def unknown_debugged_model(debug: ModelDebug, models: Iterable[str]) -> str | None:
     """The error for a --model-debug that names none of `models` (the repository's), or
     None: checked before any model loads, so a typo is not a silent no-op."""
     names = sorted(models)
-    if not _settings.model or _settings.model in names:
+    if not debug.model or debug.model in names:
         return None
     shown = ", ".join(f"'{n}'" for n in names[:10]) + (", ..." if len(names) > 10 else "")
-    return (f"--model-debug '{_settings.model}': no such model in the model repository "
+    return (f"--model-debug '{debug.model}': no such model in the model repository "
             f"(its models: {shown or 'none'})")

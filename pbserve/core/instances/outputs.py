@@ -3,7 +3,7 @@ blocks, and those blocks given back to the stub that made them once the frontend
 written them (with the next EXECUTE, or a RELEASE RELEASE_DELAY_S later).
 
 A response that names a parent block (an input the model answered with, lent back:
-block_refs.py) holds a reference to it until the response is released.
+memory/block_refs.py) holds a reference to it until the response is released.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pbserve.core.instances.block_refs import BlockRefs
+from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.core.instances.stub_process import StubProcess
 from pbserve.core.instances.supervisor import StubSupervisor
 from pbserve.core.pending import PendingRequest

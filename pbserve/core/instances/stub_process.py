@@ -23,8 +23,8 @@ import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pbserve.core.polling.linger import idle_turn
-from pbserve.core.instances.private_dir import UntrustedDirectory, check_private
+from pbserve.core.latency.spare_cpu import idle_turn
+from pbserve.private_dir import UntrustedDirectory, check_private
 from pbserve.core.instances.stub_launch import LaunchedStub, StubLauncher
 from pbserve.core.instances.stub_stdio import StubOutput
 from pbserve.secret_env import SECRET_ENV

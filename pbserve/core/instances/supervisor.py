@@ -19,7 +19,6 @@ from typing import Protocol
 from pbserve.core.instances.stub_launch import PlainLauncher, StubLauncher
 from pbserve.core.instances.stub_process import StubProcess
 from pbserve.core.instances.user_readiness import UserReadiness
-from pbserve.core.instances.model_debug import stub_debug_args
 from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap, ShmSizes
@@ -57,6 +56,7 @@ class InstanceSpec:
     init_args: tuple[tuple[str, str], ...]
     python: str | None = None  # the stub's interpreter (EXECUTION_ENV_PATH); None: ours
     backend_path: str = ""  # a Python-based backend's model.py serving the model, or ""
+    debug_args: tuple[str, ...] = ()  # --model-debug's stub arguments (model_debug.py)
 
 
 class StubHost(Protocol):
@@ -164,7 +164,7 @@ class StubSupervisor:
             self.stub = await StubProcess.start(
                 self.spec.name, self._loop, self._host.on_messages, self._on_exit,
                 self._launcher, python=self.spec.python, sizes=self._sizes,
-                debug_args=stub_debug_args(self.spec.model_name))
+                debug_args=list(self.spec.debug_args))
         except BaseException:
             self.state = InstanceState.STOPPED
             raise

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pbserve.core.instances.private_dir import UntrustedDirectory, private_dir
+from pbserve.private_dir import UntrustedDirectory, private_dir
 from pbserve.core.repository.env_check import check_stub_packages
 from pbserve.errors import invalid_arg
 

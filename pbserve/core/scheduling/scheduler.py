@@ -221,11 +221,11 @@ class Scheduler:
         self.dispatch()
 
     def expect_request(self) -> None:
-        """A request is on its way: the idle instance `submit` would hand it to gets
-        ready for it (ModelInstance.expect_request)."""
+        """A request is on its way: the stub of the idle instance `submit` would hand it
+        to gets ready for it (Hop.announce, latency/hop.py)."""
         instance = self._idle_instance()
         if instance is not None:
-            instance.expect_request()
+            instance.hop.announce()
 
     def takes_now(self) -> bool:
         """Whether `submit` would hand a request to an idle instance at once."""

@@ -27,13 +27,12 @@ from pbserve.core.types import (
     TensorData,
 )
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
+from pbserve.server.buffers import byte_view
 from pbserve.server.grpc.shm import tensor_shm
 from pbserve.server.grpc.wire import infer_response_parts
-from pbserve.server.http.codec import byte_view, error_of
 
 __all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
-           "encode_infer_response_bytes", "error_of", "model_version", "status_code",
-           "status_message"]
+           "encode_infer_response_bytes", "model_version", "status_code", "status_message"]
 
 FINAL_KEY = "triton_final_response"
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"

@@ -23,7 +23,7 @@ from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.grpc.h2.server import H2GrpcServer, h2_handlers, infer_gatherers
 from pbserve.server.grpc.handlers import add_service
 from pbserve.server.grpc.service import InferenceServicer
-from pbserve.server.http.limits import DEFAULT_MAX_INPUT_SIZE
+from pbserve.server.limits import DEFAULT_MAX_INPUT_SIZE
 from pbserve.server.listener import Listener
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig

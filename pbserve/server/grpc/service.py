@@ -4,7 +4,7 @@ Errors are Triton's: a `ServerError` ends the call with the gRPC status of its c
 its message; anything unexpected is INTERNAL (and logged). Beyond the KServe v2 core
 RPCs and the repository extension:
 * ModelStatistics answers in Triton's shape (the core's figures, or zeros: see
-  `http/stats.py`), as perf_analyzer asks for it;
+  `server/statistics.py`), as perf_analyzer asks for it;
 * system shared memory (grpc/shm.py); CUDA shared memory lists no regions and
   registering one is refused;
 * LogSettings (grpc/logging.py), TraceSetting (grpc/trace.py).
@@ -23,16 +23,16 @@ from tritonclient.grpc.service_pb2_grpc import GRPCInferenceServiceServicer
 
 from pbserve.core.api import InferenceCore
 from pbserve.core.config.model_config import config_from_dict
-from pbserve.core.types import InferResponse
+from pbserve.core.types import InferRequest, InferResponse
 from pbserve.core.observability.log_settings import SERVER_LOG
 from pbserve.core.observability.tracing import TRACER
 from pbserve.errors import ErrorCode, MalformedRequest, ServerError
-from pbserve.server.http import stats as http_stats
 from pbserve.server.grpc import logging as grpc_logging
 from pbserve.server.grpc import shm as grpc_shm
 from pbserve.server.grpc import trace as grpc_trace
 from pbserve.server.error_log import ErrorLog
-from pbserve.server import request_log, trace_context
+from pbserve.server import request_log, statistics, trace_context
+from pbserve.server.inference import UnaryInfer
 from pbserve.server.grpc.codec import (
     decode_infer_request,
     encode_infer_response_bytes,
@@ -50,8 +50,20 @@ from pbserve.server.grpc.wire import (
 
 log = logging.getLogger("pbserve.grpc")
 
-_DECOUPLED_UNARY = ("ModelInfer RPC doesn't support models with decoupled transaction "
-                    "policy")
+
+class _ModelInfer(UnaryInfer):
+    """ModelInfer's side of the unary request path (server/inference.py): the message
+    decoded by grpc/codec.py."""
+
+    __slots__ = ()
+
+    decoupled_message = ("ModelInfer RPC doesn't support models with decoupled "
+                         "transaction policy")
+
+    def decode(self, model: str, version: str, message: pb.ModelInferRequest,
+               contents: list[Any] | None, placed: list[Any] | None
+               ) -> tuple[InferRequest, bool]:
+        return decode_infer_request(message, version, contents, placed)
 
 
 def _unsupported(what: str) -> ServerError:
@@ -69,6 +81,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     def __init__(self, core: InferenceCore, max_stream_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._core = core
+        self._unary = _ModelInfer(core)
         self._max_stream_in_flight = max_stream_in_flight  # one stream's requests at once
         self._sessions: set[StreamSession] = set()  # ModelStreamInfer calls open now
         self._stopping = False
@@ -86,7 +99,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             await self._fail(context, rpc, exc)
 
-    # -- inference (the hot path: no helper layers) -------------------------------------
+    # -- inference (the hot path: no coroutine layers, UnaryInfer.start is a plain call) -
     async def ModelInfer(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Bytes in, bytes out (grpc/server.py registers no (de)serializer): see
         grpc/wire.py. A body protobuf cannot parse is INVALID_ARGUMENT, as for the
@@ -124,7 +137,6 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                              context: Any) -> InferResponse:
         if SERVER_LOG.verbose:
             request_log.grpc_call("ModelInfer")
-        core = self._core
         try:
             request, raw = parse_infer_request(body)
         except Exception as exc:  # noqa: BLE001 - DecodeError, or nesting past protobuf's
@@ -133,16 +145,12 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                 f"bytes): {exc}"))
         try:
             version = model_version(request.model_version)
-            served = core.model_handle(request.model_name, version)
-            served.expect()
-            if served.decoupled:
-                raise ServerError(ErrorCode.UNSUPPORTED, _DECOUPLED_UNARY)
-            infer_request, _ = decode_infer_request(request, version, raw, placed)
+            pending, _ = self._unary.start(
+                request.model_name, version, request, raw, placed,
+                trace_context.from_grpc(context.invocation_metadata())
+                if TRACER.otel is not None else None)
             raw = None  # the tensors have their views; none is kept here (hand_over)
-            if TRACER.otel is not None:
-                infer_request.trace_headers = trace_context.from_grpc(
-                    context.invocation_metadata())
-            response = await served.infer(infer_request)
+            response = await pending
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             await self._fail(context, "ModelInfer", exc)
         if response.error is not None:
@@ -223,10 +231,10 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         core = self._core
         try:
             if request.name:
-                stats = await http_stats.model(core, request.name,
+                stats = await statistics.model(core, request.name,
                                                model_version(request.version))
             else:
-                stats = await http_stats.all_models(core)
+                stats = await statistics.all_models(core)
             return json_format.ParseDict(stats, pb.ModelStatisticsResponse(),
                                          ignore_unknown_fields=True)
         except Exception as exc:  # noqa: BLE001 - every error becomes a status

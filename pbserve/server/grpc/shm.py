@@ -1,7 +1,7 @@
 """Triton's shared-memory extensions over gRPC: the region RPCs and the tensor
 parameters that name a region, with Triton's messages (its ParseSharedMemoryParams and
 its SystemSharedMemory* / CudaSharedMemory* handlers). The regions themselves are the
-core's (pbserve/core/shared_memory.py)."""
+core's (pbserve/core/memory/shared_memory.py)."""
 
 from __future__ import annotations
 

@@ -36,13 +36,12 @@ from tritonclient.grpc import service_pb2 as pb
 from pbserve.core.api import InferenceCore, ModelHandle
 from pbserve.core.types import InferRequest, InferResponse
 from pbserve.errors import ServerError, internal
-from pbserve.server.error_log import ErrorLog
+from pbserve.server.error_log import ErrorLog, error_of
 from pbserve.server import trace_context
 from pbserve.server.grpc.codec import (
     FINAL_KEY,
     decode_infer_request,
     encode_infer_response,
-    error_of,
     model_version,
     status_code,
     status_message,

@@ -31,9 +31,9 @@ from pbserve.core.types import (
     ShmRef,
     TensorData,
 )
-from pbserve.errors import ErrorCode, MalformedRequest, ServerError, internal, invalid_arg
+from pbserve.errors import MalformedRequest, internal, invalid_arg
 from pbserve.server import jsonio
-from shm.region import ShmExhausted
+from pbserve.server.buffers import byte_view, nbytes
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(t).newbyteorder("<") for name, t in {
@@ -392,17 +392,6 @@ def _bytes_to_json(output: TensorData) -> list | None:
     return items
 
 
-def nbytes(data: bytes | bytearray | memoryview) -> int:
-    return data.nbytes if isinstance(data, memoryview) else len(data)
-
-
-def byte_view(data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
-    """A buffer whose len() is its size in bytes, as transports and joins expect."""
-    if isinstance(data, memoryview) and (data.ndim != 1 or data.itemsize != 1):
-        return data.cast("B")
-    return data
-
-
 # --- response ------------------------------------------------------------------------
 
 def encode_infer_response(response: InferResponse,
@@ -433,13 +422,3 @@ def encode_infer_response(response: InferResponse,
         body["parameters"] = response.parameters
     body["outputs"] = outputs
     return body, buffers
-
-
-def error_of(exc: BaseException) -> ServerError:
-    """Any exception of a request -> a ServerError: shared memory that cannot be had is
-    RESOURCE_EXHAUSTED (its message names the size), other unexpected ones INTERNAL."""
-    if isinstance(exc, ServerError):
-        return exc
-    if isinstance(exc, ShmExhausted):
-        return ServerError(ErrorCode.RESOURCE_EXHAUSTED, str(exc))
-    return internal(f"{type(exc).__name__}: {exc}")

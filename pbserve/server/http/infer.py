@@ -1,4 +1,5 @@
-"""POST /v2/models/{m}[/versions/{v}]/infer: the hot path.
+"""POST /v2/models/{m}[/versions/{v}]/infer: the hot path, HTTP's side of the unary
+request path (server/inference.py): the body's format in, the reply's out.
 
 Body layout (binary tensor extension): a JSON header of `Inference-Header-Content-Length`
 bytes, then the binary inputs back to back in the order of `inputs`. The reply mirrors
@@ -12,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from pbserve.core.api import InferenceCore
-from pbserve.core.types import InferResponse
-from pbserve.errors import ErrorCode, ServerError, invalid_arg
+from pbserve.core.types import InferRequest, InferResponse
+from pbserve.errors import invalid_arg
 from pbserve.server.http import codec
 from pbserve.server import jsonio
 from pbserve.server import trace_context
+from pbserve.server.inference import UnaryInfer
 from pbserve.server.http.known_headers import KnownHeaders
 from pbserve.server.http.compression import compress, decompress_body, response_encoding
 from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit
@@ -56,30 +58,40 @@ def split_body(request: HttpRequest, max_input: int) -> tuple[memoryview | None,
     return view[:length], None, view[length:]
 
 
-async def handle_infer(core: InferenceCore, request: HttpRequest, model: str,
-                       version: str, max_input: int, known: KnownHeaders) -> HttpReply:
-    served = core.model_handle(model, version)
-    served.expect()
-    if served.decoupled:
-        raise ServerError(ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models "
-                          "with decoupled transaction policy")
-    body = request.body
-    if type(body) is PlacedBody:  # gathered with its tensors in shm; the connection
-        infer_request, plan = codec.decode_infer_request(  # gives back what no request
-            model, version, body.header, body.hand_over())  # took
-    else:
-        raw, header, binary = split_body(request, max_input)
+class InferRoute(UnaryInfer):
+    """The infer URL of one HTTP server: its bodies decoded (placed, known, or parsed in
+    full), its responses encoded; errors raise, for the routes to answer."""
+
+    __slots__ = ("_known", "_max_input")
+
+    decoupled_message = ("HTTP end point doesn't support models with decoupled "
+                         "transaction policy")
+
+    def __init__(self, core: InferenceCore, max_input: int) -> None:
+        super().__init__(core)
+        self._max_input = max_input
+        self._known = KnownHeaders()
+
+    async def handle(self, request: HttpRequest, model: str, version: str) -> HttpReply:
+        pending, plan = self.start(model, version, request, request.body, None,
+                                   trace_context.from_http(request.headers))
+        response = await pending
+        try:
+            return response_reply(response, plan, request.headers.get(b"accept-encoding"))
+        except BaseException:
+            response.release()
+            raise
+
+    def decode(self, model: str, version: str, message: HttpRequest, contents: Any,
+               placed: Any) -> tuple[InferRequest, codec.OutputPlan]:
+        """`message`'s body (`contents`) -> the core's request and its OutputPlan."""
+        if type(contents) is PlacedBody:  # gathered with its tensors in shm; the
+            return codec.decode_infer_request(  # connection gives back what no request
+                model, version, contents.header, contents.hand_over())  # took
+        raw, header, binary = split_body(message, self._max_input)
         if raw is not None:
-            infer_request, plan = known.decode(model, version, raw, binary)
-        else:
-            infer_request, plan = codec.decode_infer_request(model, version, header, binary)
-    infer_request.trace_headers = trace_context.from_http(request.headers)
-    response = await served.infer(infer_request)
-    try:
-        return response_reply(response, plan, request.headers.get(b"accept-encoding"))
-    except BaseException:
-        response.release()
-        raise
+            return self._known.decode(model, version, raw, binary)
+        return codec.decode_infer_request(model, version, header, binary)
 
 
 def response_reply(response: InferResponse, plan: codec.OutputPlan,

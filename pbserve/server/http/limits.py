@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Triton's HTTP_DEFAULT_MAX_INPUT_SIZE (--http-max-input-size).
-DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB
+from pbserve.server.limits import DEFAULT_MAX_INPUT_SIZE  # also the CLI's, from here
+
 # nginx's client_header_timeout and client_body_timeout; uvicorn's timeout_keep_alive.
 DEFAULT_HEADER_TIMEOUT_S = 60.0
 DEFAULT_BODY_TIMEOUT_S = 60.0

@@ -25,7 +25,7 @@ import httptools
 from pbserve.core.api import InputPlacer
 from pbserve.core.observability.log_settings import SERVER_LOG
 from pbserve.server import request_log
-from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.connections import ConnectionSet
 from pbserve.server.http.limits import JSON_LENGTH_HEADER, body_limit, too_large_message
 from pbserve.server.http.messages import HttpReply, HttpRequest, HttpStreamReply, message_reply
 from pbserve.server.http.placed_body import PLACE_MIN_BYTES, PlacedBody

@@ -29,12 +29,11 @@ from pbserve.core.api import InferenceCore
 from pbserve.server.http import logging as http_logging
 from pbserve.server.http import repository as http_repository
 from pbserve.server.http import shm as http_shm
-from pbserve.server.http import stats as http_stats
 from pbserve.server.http import trace as http_trace
+from pbserve.server import statistics
 from pbserve.server.error_log import ErrorLog
 from pbserve.server.http.generate import handle_generate
-from pbserve.server.http.infer import handle_infer
-from pbserve.server.http.known_headers import KnownHeaders
+from pbserve.server.http.infer import InferRoute
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.restrictions import Restriction, http_category, http_refusal
 from pbserve.server.http.messages import (
@@ -87,7 +86,7 @@ class Routes:
         self._max_input = limits.max_input_size
         self._errors = ErrorLog(log)
         self._restricted = restricted or {}  # --http-restricted-api, by group
-        self._known_headers = KnownHeaders()
+        self._infer = InferRoute(core, limits.max_input_size)
 
     async def __call__(self, request: HttpRequest) -> Reply:
         try:
@@ -95,8 +94,7 @@ class Routes:
             if parts[-1] == "infer" and request.method == POST and not self._restricted:
                 target = model_path(parts)  # the hot path, straight to its handler
                 if target is not None:
-                    return await handle_infer(self._core, request, target[0], target[1],
-                                              self._max_input, self._known_headers)
+                    return await self._infer.handle(request, target[0], target[1])
             return await self._dispatch(request, parts)
         except Exception as exc:
             return error_reply(self._errors.request_failed(
@@ -131,7 +129,7 @@ class Routes:
         if len(parts) == 4 and parts[3] == "stats":
             if request.method != GET:
                 return method_not_allowed()
-            return json_reply(await http_stats.all_models(self._core))
+            return json_reply(await statistics.all_models(self._core))
         target = model_path(parts)
         if target is None:
             return not_found()
@@ -144,8 +142,7 @@ class Routes:
                           version: str) -> Reply:
         core = self._core
         if kind == "infer":
-            return await handle_infer(core, request, name, version, self._max_input,
-                                      self._known_headers)
+            return await self._infer.handle(request, name, version)
         if kind == "":
             return json_reply(core.model_metadata(name, version))
         if kind == "ready":
@@ -155,7 +152,7 @@ class Routes:
         if kind == "config":
             return json_reply(core.model_config(name, version))
         if kind == "stats":
-            return json_reply(await http_stats.model(core, name, version))
+            return json_reply(await statistics.model(core, name, version))
         return await handle_generate(core, request, name, version,
                                      kind == "generate_stream", self._max_input)
 

@@ -19,7 +19,7 @@ import logging
 from dataclasses import replace
 
 from pbserve.core.api import InferenceCore
-from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.connections import ConnectionSet
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.http.messages import HttpReply, HttpRequest, method_not_allowed, not_found
 from pbserve.server.http.protocol import Handler, HttpConnection, Placer

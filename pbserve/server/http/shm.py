@@ -12,9 +12,9 @@ parameters that name a region.
 The tensor parameters (`shared_memory_region`, `_offset`, `_byte_size`) are read by
 codec.py.
 
-Replies, codes and messages are Triton's (pbserve/core/shared_memory.py), except that
-a register body field of the wrong JSON type is 400 "Unable to parse ..." (Triton: 500
-with its JSON library's message), as elsewhere in pbserve's HTTP codec.
+Replies, codes and messages are Triton's (pbserve/core/memory/shared_memory.py), except
+that a register body field of the wrong JSON type is 400 "Unable to parse ..." (Triton:
+500 with its JSON library's message), as elsewhere in pbserve's HTTP codec.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pbserve.server.grpc.h2.pending import PendingRequests
 from pbserve.server.grpc.handlers import SERVICE, method_handlers
 from pbserve.server.grpc.wire import RequestGatherer
 from pbserve.server.error_log import ErrorLog
-from pbserve.server.http.connections import ConnectionSet
+from pbserve.server.connections import ConnectionSet
 from pbserve.server.listener import Listener, Servers
 from pbserve.server.restrictions import Restriction
 from pbserve.server.tls import TlsConfig

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pbserve.core.instances.block_refs import BlockRefs
-from pbserve.core.instances.shm_upkeep import shm_room
+from pbserve.core.memory.block_refs import BlockRefs
+from pbserve.core.memory.shm_upkeep import shm_room
 from shm import Block, ShmExhausted
 
 _PLACED, _TAKEN, _DROPPED = 0, 1, 2

@@ -1,6 +1,6 @@
-"""The open connections of one HTTP server: the cap on their number, and the sweeper that
-closes those that waited too long (a head or a body that stopped arriving, an idle
-keep-alive connection).
+"""The open connections of one listening server (HTTP, http/protocol.py; gRPC on zttp,
+grpc/h2/connection.py): the cap on their number, and the sweeper that closes those that
+waited too long (a head or a body that stopped arriving, an idle keep-alive connection).
 
 Nothing here runs per request. A connection notes the time of its last read from
 `ConnectionSet.now`, a clock the sweeper advances on each round (a few times per the
@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from pbserve.server.error_log import ErrorLog
-from pbserve.server.http.limits import HttpLimits
 
 log = logging.getLogger("pbserve.http")
 
@@ -30,7 +29,7 @@ _SWEEP_MAX_S = 1.0
 
 
 class Connection(Protocol):
-    """What the set needs of a connection (protocol.HttpConnection)."""
+    """What the set needs of a connection (HttpConnection, GrpcConnection)."""
 
     @property
     def idle_since(self) -> float | None:
@@ -72,7 +71,7 @@ class ConnectionSet:
     past the cap takes the place of the connection idle the longest, and is refused if
     none is idle."""
 
-    def __init__(self, limits: Limits = HttpLimits()) -> None:
+    def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.max_connections = limits.max_connections or default_max_connections()
         self.now = time.monotonic()

@@ -10,22 +10,11 @@ read at once. A busy loop is not affected: its turns have work anyway.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
-from pbserve.core.polling.spare_cpu import MACHINE, SpareCpu
+from pbserve.core.latency.spare_cpu import MACHINE, SpareCpu, idle_turn
 
 LINGER_NS = 500_000
-IDLE_TURN_NS = 10_000  # a turn this short ran nothing else: yield the CPU
-
-
-def idle_turn(last: int, now: int, spare: SpareCpu = MACHINE) -> None:
-    """A step of a chain of turns that polls on the event loop (the linger, the watch
-    for a stub's reply): when nothing else ran since the last step (under IDLE_TURN_NS
-    ago), count the time as polled and yield the CPU."""
-    if now - last < IDLE_TURN_NS:
-        spare.credit(now - last)
-        os.sched_yield()
 
 
 class Linger:

@@ -2,17 +2,18 @@
 
 A process that joins other processes (pbserve.distributed, a worker on the request
 plane) hands its ModelManager a `RemoteModels`; a BLS call whose model is not loaded
-here then goes there, with the same API for the calling model (exec, async_exec,
-decoupled streams, cancellation, errors). The backend never imports that layer: it
-only knows this protocol. Remote responses' outputs arrive as plain bytes; they are
-copied once into the parent's pool, where the calling stub reads them.
+here then goes there (bls.py), with the same API for the calling model (exec,
+async_exec, decoupled streams, cancellation, errors), and so does an ensemble's step
+(ensemble/remote_step.py). The core never imports that layer: it only knows this
+protocol. Remote responses' outputs arrive as plain bytes; they are copied once into
+the parent's pool, where the calling stub reads them.
 """
 
 from __future__ import annotations
 
 from typing import AsyncIterator, Protocol
 
-from pbserve.core.instances.block_refs import BlockRefs
+from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.core.types import InferRequest, InferResponse, TensorData
 
 

@@ -1,7 +1,7 @@
 """Whether the machine has CPU to spare, from /proc/stat, sampled at most every SAMPLE_NS.
 
 The parent and the stubs poll instead of sleeping at a few places (an announced request,
-ModelInstance.expect_request; the watch for a reply; the loop's linger after a request):
+Hop.announce; the watch for a reply; the loop's linger after a request):
 that hides wake-ups when CPUs sit idle between requests, and only takes CPU from the
 others when they are all busy (the 64 B gRPC rows at c=8 lost 4 % to the announcement).
 So they poll only while this says yes. The time the parent itself spent polling
@@ -15,6 +15,7 @@ import time
 
 SAMPLE_NS = 100_000_000  # the idle fraction is taken over at least this long
 SPARE_MIN = 0.25  # of all CPUs' time idle: enough to spare
+IDLE_TURN_NS = 10_000  # a turn this short ran nothing else: yield the CPU
 _NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
@@ -60,3 +61,12 @@ class SpareCpu:
 
 
 MACHINE = SpareCpu()
+
+
+def idle_turn(last: int, now: int, spare: SpareCpu = MACHINE) -> None:
+    """A step of a chain of turns that polls on the event loop (the linger, the watch
+    for a stub's reply, StubProcess.watch_up): when nothing else ran since the last step
+    (under IDLE_TURN_NS ago), count the time as polled and yield the CPU."""
+    if now - last < IDLE_TURN_NS:
+        spare.credit(now - last)
+        os.sched_yield()

@@ -179,21 +179,3 @@ class RateLimiter:
             limit.allocated = True
             start, limit.start = limit.start, None
             start()
-
-
-@dataclass
-class _Settings:
-    limiter: RateLimiter | None = None  # None: --rate-limit off
-
-
-_settings = _Settings()
-
-
-def set_rate_limit(mode: str, resources: Iterable[tuple[str, int, int]] = ()) -> None:
-    """The command line's --rate-limit (execution_count or off) and its resources."""
-    _settings.limiter = RateLimiter(resources) if mode == "execution_count" else None
-
-
-def server_rate_limiter() -> RateLimiter | None:
-    """The server's rate limiter, None when rate limiting is off."""
-    return _settings.limiter

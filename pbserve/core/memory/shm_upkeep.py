@@ -11,10 +11,10 @@ names the regions it unlinked, and the others drop their mappings:
   REGIONS_GONE; the parent unmaps them and relays FORGET_REGIONS to the other stubs (a
   BLS caller or callee may have mapped them).
 Under pressure (an allocation found /dev/shm full: `relieve`) the parent moves the
-inputs of requests waiting for an instance out to process memory
-(backend/input_placer.py), trims with force and sends TRIM to every stub, at most once
-per PRESSURE_INTERVAL_S. Used on the
-event loop's thread only.
+inputs of requests waiting for an instance out to process memory (input_placer.py),
+trims with force and sends TRIM to every stub, at most once per PRESSURE_INTERVAL_S.
+The stubs are reached through their instances (`StubControl`). Used on the event loop's
+thread only.
 """
 
 from __future__ import annotations
@@ -24,15 +24,12 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shm.names import SHM_DIR
 from shm.pool import Pool, RegionMap, ShmSizes
 from shm.region import POOL_GROWTH_FAILED
 from stub import protocol as p
-
-if TYPE_CHECKING:
-    from pbserve.core.instances.instance import ModelInstance
 
 log = logging.getLogger("pbserve.core")
 
@@ -72,9 +69,19 @@ def waited_message(model: str, nbytes: int, waited_s: float) -> str:
             f"{SIZE_OPTIONS})")
 
 
+class StubControl(Protocol):
+    """A stub as upkeep reaches it: through its instance (instances/instance.py
+    ModelInstance), on its control queue."""
+
+    def send_control(self, message: tuple) -> None:
+        """`message` on the stub's control queue, if the stub is alive."""
+
+
 class ShmUpkeep:
+    """`instances()`: every stub of the server, through its instance."""
+
     def __init__(self, sizes: ShmSizes, regions: RegionMap,
-                 instances: Callable[[], Iterable[ModelInstance]]) -> None:
+                 instances: Callable[[], Iterable[StubControl]]) -> None:
         self.sizes = sizes
         self._regions = regions
         self._instances = instances
@@ -118,11 +125,11 @@ class ShmUpkeep:
             instance.send_control(p.trim())
         return False
 
-    def regions_gone(self, source: ModelInstance, names: tuple[str, ...]) -> None:
+    def regions_gone(self, source: StubControl, names: tuple[str, ...]) -> None:
         """A stub gave these regions back: unmap them here and in the other stubs."""
         self._forget(names, source)
 
-    def _forget(self, names: Iterable[str], source: ModelInstance | None) -> None:
+    def _forget(self, names: Iterable[str], source: StubControl | None) -> None:
         names = tuple(names)
         if not names:
             return

@@ -1,4 +1,6 @@
-"""GET /v2/models[/M[/versions/V]]/stats: Triton's statistics extension, in its shape.
+"""Triton's statistics extension, in its shape, for both frontends: HTTP's
+GET /v2/models[/M[/versions/V]]/stats (http/routes.py) and gRPC's ModelStatistics
+(grpc/service.py, which turns the same dicts into its message).
 
 The InferenceCore protocol has no statistics yet; clients such as perf_analyzer ask for
 them at start-up, so an answer in Triton's format is given: the core's own figures

@@ -1,41 +1,35 @@
-"""The parent's side of what stubs ask it (CALL messages): BLS, custom metrics (kept in
-`custom_metrics`), model control (answered by the model manager), and NOTIFY messages
-(calls that want no answer: metric deletes from finalisers).
+"""BLS calls: a stub's `exec`, `async_exec` and decoupled streams to another model.
 
 A BLS call goes through the target model's scheduler, the same one clients use. Its
 input tensors stay where the calling stub put them (descriptors are passed on), and the
 target's outputs go back as descriptors: a tensor crosses A -> B -> A without a copy
 between processes. A model not loaded here goes to `remote` when the layer above set one
-(remote_calls.py: another process's model, the same API for the caller). The parent
-holds each answered response under a token until the caller says (BLS_RELEASE) that it
-no longer views its outputs, or the caller dies.
+(remote.py: another process's model, the same API for the caller). The parent holds
+each answered response under a token until the caller says (BLS_RELEASE) that it no
+longer views its outputs, or the caller dies. The target is found by the model manager
+(`find_model`), as a `CalledModel`; the caller is a `Caller` (caller.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 import json
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from pbserve.core.observability import metrics
-from pbserve.core.observability.custom_metrics import CustomMetrics
 from pbserve.core.observability.tracing import TRACER
-from pbserve.core.instances.remote_calls import in_parent_blocks
+from pbserve.core.stub_calls.caller import Caller, run_call
+from pbserve.core.stub_calls.remote import RemoteModels, in_parent_blocks
 from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.errors import ErrorCode, ServerError
 from backend_utils.constants import TRITONSERVER_MEMORY_CPU as MEMORY_CPU
 from shm.cuda_region import DeviceBytes
 
 if TYPE_CHECKING:
-    from pbserve.core.api import InferenceCore
-    from pbserve.core.instances.block_refs import BlockRefs
-    from pbserve.core.instances.remote_calls import RemoteModels
-    from pbserve.core.instances.instance import ModelInstance
-    from pbserve.core.model import Model
+    from pbserve.core.memory.block_refs import BlockRefs
     from pbserve.core.pending import PendingRequest
 
 log = logging.getLogger("pbserve.core")
@@ -60,16 +54,41 @@ class BlsArgs(NamedTuple):
     preferred_memory: int
 
 
-class StubCalls:
-    def __init__(self, find_model: Callable[[str, str], "Model"],
-                 view: Callable[[str, int, int], memoryview],
-                 control: "InferenceCore | None" = None) -> None:
+class CalledModel(Protocol):
+    """A model of this process a BLS call goes to (model.py's `Model`; an ensemble's
+    `EnsembleModel` has no instances, nor the `infer_now` a Model has for `call`)."""
+
+    name: str
+    decoupled: bool
+
+    @property
+    def instances(self) -> Sequence[Caller]: ...
+
+    async def infer(self, request: InferRequest, descs: tuple | None = None
+                    ) -> InferResponse: ...
+
+    def stream_infer(self, request: InferRequest, descs: tuple | None = None,
+                     on_submit: Callable[[PendingRequest], None] | None = None
+                     ) -> AsyncIterator[InferResponse]: ...
+
+    def cancel(self, pending: PendingRequest) -> None: ...
+
+    def ask_to_cancel(self, pending: PendingRequest) -> None: ...
+
+
+class BlsCalls:
+    """`find_model(name, version)`: the loaded model a call names (ServerError when none
+    is); `view(region, offset, nbytes)`: a caller's input where it put it."""
+
+    def __init__(self, find_model: Callable[[str, str], CalledModel],
+                 view: Callable[[str, int, int], memoryview]) -> None:
         self._find_model = find_model
         self._view = view
         self._tokens = itertools.count(1)
-        self._held: dict[int, tuple["ModelInstance", InferResponse]] = {}
+        self._held: dict[int, tuple[Caller, InferResponse]] = {}
+        # (caller, call_id) -> a call running in a task (`_run`)
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}
-        # (caller, call_id) -> a unary BLS call queued without a task (`_bls_now`)
+        # (caller, call_id) -> a unary BLS call queued without a task (`call`)
         self._queued: dict[tuple[int, int], _QueuedCall] = {}
         # (caller, call_id) -> keys of the caller's requests the call still serves
         self._serving: dict[tuple[int, int], set[int]] = {}
@@ -77,46 +96,64 @@ class StubCalls:
         # queued; None: cancelled (ResponseIterator.cancel) before it was queued
         self._streams: dict[tuple[int, int], Callable[[], None] | None] = {}
         # Models served by other processes, and the parent's blocks their outputs are
-        # copied into (both set by the manager's owner, remote_calls.py).
-        self.remote: "RemoteModels | None" = None
-        self.blocks: "BlockRefs | None" = None
-        self._handlers: dict[str, Callable[..., Awaitable[None]]] = {"bls": self._bls}
-        self._control = control
-        self._background: set[asyncio.Task] = set()
-        self.custom_metrics = CustomMetrics(reserved=(f[1] for f in metrics._FAMILIES))
-        cm = self.custom_metrics
-        for op, answer in (("metric_family_new", cm.family_new), ("metric_new", cm.metric_new),
-                           ("metric_op", cm.metric_op), ("load_model", self._load_model),
-                           ("unload_model", self._unload_model),
-                           ("is_model_ready", self._is_model_ready)):
-            self._handlers[op] = self._replying(answer)
-        self._notices: dict[str, Callable[..., None]] = {
-            "metric_family_delete": cm.family_delete, "metric_delete": cm.metric_delete}
+        # copied into (both set by the manager's owner, through StubCalls).
+        self.remote: RemoteModels | None = None
+        self.blocks: BlockRefs | None = None
 
-    def handle(self, caller: "ModelInstance", call_id: int, op: str, args: tuple) -> None:
-        """Answer `op`: a unary BLS call to a model of this process at once (`_bls_now`),
-        anything else by its handler as a task. Either answers with caller.reply (or
-        reply_item)."""
-        if op == "bls":
-            args = BlsArgs(*args)
-            if self._bls_now(caller, call_id, args):
-                return
-        handler = self._handlers.get(op)
-        if handler is None:
-            caller.reply(call_id, f"pbserve does not know the call '{op}'", None)
+    def call(self, caller: Caller, call_id: int, fields: tuple) -> None:
+        """A BLS CALL (its `fields`: BlsArgs). A unary call to another model of this
+        process, untraced, is queued now, and answered from the pass that reads the
+        callee's response (Model.infer_now). A task would add a turn of the event loop on
+        each way, and at c=8 a client's HTTP request is decoded in such a turn while the
+        caller's stub waits. Any other call (streamed, another process's model, an
+        ensemble, a model calling itself, a trace, or one the model lookup refuses) runs
+        in a task (`_run`), which answers even its error."""
+        args = BlsArgs(*fields)
+        model_name = args.model_name
+        if args.decoupled or args.trace_id is not None or TRACER.enabled:
+            self._start(caller, call_id, args)
+            return
+        try:
+            model = self._ready_model(model_name, args.version, False)
+        except ServerError:
+            self._start(caller, call_id, args)
+            return
+        # an ensemble (no infer_now) runs its steps in a task of its own anyway
+        infer_now = getattr(model, "infer_now", None)
+        if infer_now is None or caller in model.instances:
+            self._start(caller, call_id, args)
             return
         key = (id(caller), call_id)
-        task = asyncio.get_running_loop().create_task(handler(caller, call_id, args))
-        self._tasks[key] = task
-        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+        call = self._queued[key] = _QueuedCall(caller, call_id, model)
+        self._serving[key] = set(args.on_behalf_of)
 
-    def notify(self, caller: "ModelInstance", op: str, args: tuple) -> None:
-        """A NOTIFY: run after the calls already received (their tasks), answer nothing."""
-        notice = self._notices.get(op)
-        if notice is not None:
-            asyncio.get_running_loop().call_soon(lambda: notice(caller, *args))
+        def answered(pending: "PendingRequest", response: InferResponse) -> None:
+            if self._queued.pop(key, None) is None:  # cancelled: answered then
+                response.release()
+                return
+            self._serving.pop(key, None)
+            try:  # called from the callee's messages: its other requests must not fail
+                caller.reply(call_id, None, self._answer(caller, response))
+            except Exception:
+                log.exception("BLS answer to '%s' failed", caller.name)
 
-    def cancel(self, caller: "ModelInstance", call_id: int) -> None:
+        try:
+            call.pending = infer_now(self._request(args), args.descs, answered)
+        except Exception as err:
+            if isinstance(err, ServerError):  # before the callee got it: Triton's words
+                message = err.message
+            else:  # a fault of the server's own: the caller must not hang
+                log.exception("BLS call to model '%s' failed", model_name)
+                message = str(err)
+            if self._queued.pop(key, None) is not None:
+                self._serving.pop(key, None)
+                _reply_error(caller, call_id, False, ErrorCode.INTERNAL,
+                             _run_failed(model_name, message))
+
+    def _start(self, caller: Caller, call_id: int, args: BlsArgs) -> None:
+        run_call(self._tasks, (id(caller), call_id), self._run(caller, call_id, args))
+
+    def cancel_stream(self, caller: Caller, call_id: int) -> None:
         """CALL_CANCEL, `ResponseIterator.cancel()`: as in Triton, the callee is asked to
         stop and the stream goes on until the callee's final flag."""
         key = (id(caller), call_id)
@@ -126,7 +163,7 @@ class StubCalls:
         elif key in self._tasks:  # not queued yet: asked as soon as it is
             self._streams[key] = None
 
-    def _cancel_call(self, caller: "ModelInstance", call_id: int) -> None:
+    def _cancel_call(self, caller: Caller, call_id: int) -> None:
         key = (id(caller), call_id)
         task = self._tasks.get(key)
         if task is not None:
@@ -134,7 +171,7 @@ class StubCalls:
         else:
             self._cancel_queued(key, answer=True)
 
-    def cancel_on_behalf(self, caller: "ModelInstance", key: int) -> None:
+    def cancel_on_behalf(self, caller: Caller, key: int) -> None:
         """Request `key` of `caller` was cancelled: cancel the BLS calls made for it
         (a call made for several requests goes once all of them are cancelled)."""
         for (owner, call_id), keys in list(self._serving.items()):
@@ -144,12 +181,14 @@ class StubCalls:
                     self._cancel_call(caller, call_id)
 
     def release(self, token: int) -> None:
+        """BLS_RELEASE: the caller no longer views the outputs of the response held under
+        `token`."""
         held = self._held.pop(token, None)
         if held is not None:
             held[1].release()
 
-    def caller_gone(self, caller: "ModelInstance") -> None:
-        """A stub ended: release what it viewed and stop what it asked for."""
+    def caller_gone(self, caller: Caller) -> None:
+        """A stub ended: release what it viewed and stop the calls it made."""
         for token in [t for t, (c, _) in self._held.items() if c is caller]:
             self.release(token)
         for (owner, _), task in list(self._tasks.items()):
@@ -159,10 +198,9 @@ class StubCalls:
             self._cancel_queued(key, answer=False)
         for key in [k for k in self._streams if k[0] == id(caller)]:
             del self._streams[key]  # a task cancelled before it ran has no `finally`
-        self.custom_metrics.owner_gone(caller)
 
-    # -- BLS --------------------------------------------------------------------------
-    def _bls_request(self, args: BlsArgs) -> InferRequest:
+    # -- running a call ----------------------------------------------------------------
+    def _request(self, args: BlsArgs) -> InferRequest:
         """The request a BLS CALL's arguments describe, its inputs viewed where the
         caller put them."""
         params = args.parameters
@@ -179,56 +217,9 @@ class StubCalls:
             # the caller takes GPU outputs where they are, unless it prefers the CPU
             gpu_outputs=args.preferred_memory != MEMORY_CPU)
 
-    def _bls_now(self, caller: "ModelInstance", call_id: int, args: BlsArgs) -> bool:
-        """A unary BLS call to another model of this process, untraced: queued now, and
-        answered from the pass that reads the callee's response (Model.infer_now). A
-        task would add a turn of the event loop on each way, and at c=8 a client's HTTP
-        request is decoded in such a turn while the caller's stub waits. False (nothing
-        done): the call is `_bls`'s (streamed, another process's model, an ensemble, a
-        model calling itself, a trace, or one the model lookup refuses: `_bls` answers
-        its error)."""
-        model_name = args.model_name
-        if args.decoupled or args.trace_id is not None or TRACER.enabled:
-            return False
-        try:
-            model = self._ready_model(model_name, args.version, False)
-        except ServerError:
-            return False
-        # an ensemble (no infer_now) runs its steps in a task of its own anyway
-        infer_now = getattr(model, "infer_now", None)
-        if infer_now is None or caller in model.instances:
-            return False
-        key = (id(caller), call_id)
-        call = self._queued[key] = _QueuedCall(caller, call_id, model)
-        self._serving[key] = set(args.on_behalf_of)
-
-        def answered(pending: "PendingRequest", response: InferResponse) -> None:
-            if self._queued.pop(key, None) is None:  # cancelled: answered then
-                response.release()
-                return
-            self._serving.pop(key, None)
-            try:  # called from the callee's messages: its other requests must not fail
-                caller.reply(call_id, None, self._answer(caller, response))
-            except Exception:
-                log.exception("BLS answer to '%s' failed", caller.name)
-
-        try:
-            call.pending = infer_now(self._bls_request(args), args.descs, answered)
-        except Exception as err:
-            if isinstance(err, ServerError):  # before the callee got it: Triton's words
-                message = err.message
-            else:  # a fault of the server's own: the caller must not hang
-                log.exception("BLS call to model '%s' failed", model_name)
-                message = str(err)
-            if self._queued.pop(key, None) is not None:
-                self._serving.pop(key, None)
-                _reply_error(caller, call_id, False, ErrorCode.INTERNAL,
-                             _run_failed(model_name, message))
-        return True
-
     def _cancel_queued(self, key: tuple[int, int], answer: bool) -> None:
-        """Cancel a call of `_bls_now` not yet answered: the callee drops or stops it
-        (Model.cancel), and the caller, when `answer`, gets CANCELLED as from `_bls`."""
+        """Cancel a call `call` queued and not yet answered: the callee drops or stops it
+        (Model.cancel), and the caller, when `answer`, gets CANCELLED as from `_run`."""
         call = self._queued.pop(key, None)
         if call is None:
             return
@@ -239,11 +230,11 @@ class StubCalls:
             _reply_error(call.caller, call.call_id, False, ErrorCode.CANCELLED,
                          _cancelled(call.model.name))
 
-    async def _bls(self, caller: "ModelInstance", call_id: int, args: BlsArgs) -> None:
+    async def _run(self, caller: Caller, call_id: int, args: BlsArgs) -> None:
         model_name, version, decoupled, descs = \
             args.model_name, args.version, args.decoupled, args.descs
         self._serving[(id(caller), call_id)] = set(args.on_behalf_of)
-        request = self._bls_request(args)
+        request = self._request(args)
         self_call = local = False
         try:
             model = self._ready_model(model_name, version, decoupled)
@@ -253,7 +244,7 @@ class StubCalls:
             local = True
             self_call = caller in model.instances
             if self_call:
-                caller.self_calls += 1
+                caller.begin_self_call()
                 self._check_deadlock(model)
             if decoupled:
                 def queued(pending: "PendingRequest") -> None:
@@ -287,9 +278,10 @@ class StubCalls:
             self._serving.pop((id(caller), call_id), None)
             self._streams.pop((id(caller), call_id), None)
             if self_call:
-                caller.self_calls -= 1
+                caller.end_self_call()
 
-    def _ready_model(self, name: str, version: str, decoupled: bool) -> "Model | None":
+    def _ready_model(self, name: str, version: str, decoupled: bool
+                     ) -> CalledModel | None:
         """The model a BLS call goes to (None: the remote one), refused as Triton
         refuses it."""
         try:  # a loaded model whose stub restarts takes the call: it waits for the stub
@@ -317,7 +309,7 @@ class StubCalls:
                 "decoupled models.'"))
         return model
 
-    async def _remote_bls(self, caller: "ModelInstance", call_id: int,
+    async def _remote_bls(self, caller: Caller, call_id: int,
                           request: InferRequest, decoupled: bool) -> None:
         """A BLS call to another process's model (`remote`); its outputs are copied into
         the parent's pool for the caller."""
@@ -343,7 +335,7 @@ class StubCalls:
                 caller.reply_item(call_id, self._answer(
                     caller, in_parent_blocks(response, self.blocks)), response.final)
 
-    def _answer(self, caller: "ModelInstance", response: InferResponse) -> tuple:
+    def _answer(self, caller: Caller, response: InferResponse) -> tuple:
         if response.error is not None:
             response.release()
             return (((int(response.error.code), response.error.message), (), "{}"), NO_TOKEN)
@@ -356,82 +348,22 @@ class StubCalls:
         return ((None, response._descs, params), token)
 
     @staticmethod
-    def _check_deadlock(model: "Model") -> None:
+    def _check_deadlock(model: CalledModel) -> None:
         """A model calling itself while every one of its instances is busy, each waiting
         on a call to this same model, can never be served: say so instead of hanging."""
-        if all(i.busy and i.self_calls > 0 for i in model.instances):
+        if all(i.waits_on_own_model for i in model.instances):
             raise ServerError(ErrorCode.UNAVAILABLE, (
                 f"BLS deadlock: model '{model.name}' called itself while all its "
                 f"{len(model.instances)} instance(s) are busy waiting on BLS calls; add "
                 f"instances (instance_group count) or call another model"))
 
-    # -- custom metrics and model control: one answer per call ------------------------
-    @staticmethod
-    def _replying(answer: Callable[..., object]) -> Callable[..., Awaitable[None]]:
-        """A handler that replies with what `answer(caller, *args)` returns (or awaits);
-        a ServerError's message becomes the TritonModelException the model sees."""
-        async def handler(caller: "ModelInstance", call_id: int, args: tuple) -> None:
-            try:
-                value = answer(caller, *args)
-                if inspect.isawaitable(value):
-                    value = await value
-            except ServerError as err:
-                caller.reply(call_id, err.message, None)
-            except Exception as exc:  # the model gets the error, not the server
-                log.exception("call from '%s' failed", caller.name)
-                caller.reply(call_id, f"{type(exc).__name__}: {exc}", None)
-            else:
-                caller.reply(call_id, None, value)
-        return handler
-
-    def _manager(self) -> "InferenceCore":
-        if self._control is None:
-            raise ServerError(ErrorCode.UNAVAILABLE, "model control is not available")
-        return self._control
-
-    async def _load_model(self, caller: "ModelInstance", name: str, config: str,
-                          files: dict[str, bytes] | None) -> None:
-        if name == caller.model_name:
-            # A reload ends by unloading the old version after its in-flight requests,
-            # the one making this call among them: it would wait for itself.
-            raise ServerError(ErrorCode.UNSUPPORTED,
-                              f"model '{name}' cannot load itself from its own code")
-        # Shielded: a caller that goes away must not leave a model half loaded.
-        await asyncio.shield(self._manager().load_model(name, config or None, files or None))
-
-    async def _unload_model(self, caller: "ModelInstance", name: str,
-                            unload_dependents: bool) -> None:
-        unload = asyncio.get_running_loop().create_task(
-            self._manager().unload_model(name, unload_dependents))
-        if name != caller.model_name:
-            await asyncio.shield(unload)
-            return
-        # Unloading itself: as in Triton, the model goes once its running execute is
-        # done, so answer now. Errors found before any waiting still reach the model.
-        await asyncio.sleep(0)
-        if unload.done():
-            unload.result()
-            return
-        self._background.add(unload)
-        unload.add_done_callback(self._background_done)
-
-    def _background_done(self, task: asyncio.Task) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("unload requested by a model failed: %s", task.exception())
-
-    async def _is_model_ready(self, caller: "ModelInstance", name: str, version: str) -> bool:
-        if await self._manager().model_ready(name, version):
-            return True
-        return self.remote is not None and await self.remote.model_ready(name, version)
-
 
 class _QueuedCall:
-    """A unary BLS call `_bls_now` queued, until it is answered or cancelled."""
+    """A unary BLS call `BlsCalls.call` queued, until it is answered or cancelled."""
 
     __slots__ = ("caller", "call_id", "model", "pending")
 
-    def __init__(self, caller: "ModelInstance", call_id: int, model: "Model") -> None:
+    def __init__(self, caller: Caller, call_id: int, model: CalledModel) -> None:
         self.caller = caller
         self.call_id = call_id
         self.model = model
@@ -448,7 +380,7 @@ def _run_failed(model_name: str, detail: str) -> str:
     return f"Model {model_name} - Error when running inference: {detail}"
 
 
-def _reply_error(caller: "ModelInstance", call_id: int, decoupled: bool, code: ErrorCode,
+def _reply_error(caller: Caller, call_id: int, decoupled: bool, code: ErrorCode,
                  message: str) -> None:
     """A BLS call's error answer: its only reply, or its final stream item."""
     answer = (((int(code), message), (), "{}"), NO_TOKEN)

@@ -1,0 +1,74 @@
+"""The server's options: one frozen object the command line builds (pbserve/cli/) and
+app.py hands down, part by part: the core's (`CoreOptions`) to the model manager, the
+frontends' to the HTTP, gRPC and metrics servers, the request plane's to its node.
+Nothing below reads a flag any other way. (Logging and tracing are process-wide by
+nature, as Python's logging is: the command line installs them, log_settings.py and
+tracing.py; `/v2/logging` and `/v2/trace/setting` change them later.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pbserve.core.config.config_sources import ConfigSources
+from pbserve.core.options import CoreOptions
+from pbserve.server.grpc.h2.limits import GrpcLimits
+from pbserve.server.http.limits import HttpLimits
+from pbserve.server.tls import TlsConfig
+
+if TYPE_CHECKING:  # the plane imports nats: only with --request-plane
+    from pbserve.distributed.node import DataPlaneSettings
+    from pbserve.distributed.request_plane import ConnectionOptions
+
+
+@dataclass(frozen=True)
+class EndpointOptions:
+    """One listening service: `--allow-<name>`, `--<name>-address`, `--<name>-port`."""
+
+    enabled: bool
+    address: str
+    port: int
+
+
+@dataclass(frozen=True)
+class FrontendOptions:
+    """What the HTTP, gRPC and metrics servers take."""
+
+    http: EndpointOptions
+    grpc: EndpointOptions
+    metrics: EndpointOptions
+    http_limits: HttpLimits
+    http_tls: TlsConfig | None = None
+    grpc_tls: TlsConfig | None = None
+    http_restricted: dict = field(default_factory=dict)
+    grpc_restricted: dict = field(default_factory=dict)
+    grpc_transport: str = "zttp"
+    grpc_limits: GrpcLimits = GrpcLimits()  # the zttp transport's
+
+    @property
+    def max_input_size(self) -> int:
+        """--http-max-input-size, which bounds gRPC messages too."""
+        return self.http_limits.max_input_size
+
+
+@dataclass(frozen=True)
+class PlaneOptions:
+    """`--request-plane` and its flags."""
+
+    url: str
+    heartbeat_s: float
+    worker_name: str
+    connection: ConnectionOptions
+    data_plane: DataPlaneSettings
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    repositories: tuple[str, ...]  # --model-repository, cloud ones as given
+    core: CoreOptions
+    config_sources: ConfigSources  # --model-config-defaults, --backend-config, ...
+    frontends: FrontendOptions
+    plane: PlaneOptions | None = None  # None: no --request-plane
+    exit_timeout_s: float = 30.0  # --exit-timeout-secs
+    exit_on_error: bool = True  # --exit-on-error
