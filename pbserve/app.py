@@ -22,7 +22,8 @@ from pbserve.core.repository.cloud_repository import CloudRepositories, is_cloud
 from pbserve.core.repository.repository import check_repositories
 from pbserve.errors import ServerError
 from pbserve.exit_signals import ShutdownSignals
-from pbserve.options import FrontendOptions, ServerOptions
+from pbserve.options import ServerOptions
+from pbserve.server.options import FrontendOptions
 from pbserve.server.endpoints import Endpoints
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.server import start_http_server, start_metrics_server

@@ -8,48 +8,16 @@ tracing.py; `/v2/logging` and `/v2/trace/setting` change them later.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pbserve.core.config.config_sources import ConfigSources
 from pbserve.core.options import CoreOptions
-from pbserve.server.grpc.h2.limits import GrpcLimits
-from pbserve.server.http.limits import HttpLimits
-from pbserve.server.tls import TlsConfig
+from pbserve.server.options import FrontendOptions
 
 if TYPE_CHECKING:  # the plane imports nats: only with --request-plane
     from pbserve.distributed.node import DataPlaneSettings
     from pbserve.distributed.request_plane import ConnectionOptions
-
-
-@dataclass(frozen=True)
-class EndpointOptions:
-    """One listening service: `--allow-<name>`, `--<name>-address`, `--<name>-port`."""
-
-    enabled: bool
-    address: str
-    port: int
-
-
-@dataclass(frozen=True)
-class FrontendOptions:
-    """What the HTTP, gRPC and metrics servers take."""
-
-    http: EndpointOptions
-    grpc: EndpointOptions
-    metrics: EndpointOptions
-    http_limits: HttpLimits
-    http_tls: TlsConfig | None = None
-    grpc_tls: TlsConfig | None = None
-    http_restricted: dict = field(default_factory=dict)
-    grpc_restricted: dict = field(default_factory=dict)
-    grpc_transport: str = "zttp"
-    grpc_limits: GrpcLimits = GrpcLimits()  # the zttp transport's
-
-    @property
-    def max_input_size(self) -> int:
-        """--http-max-input-size, which bounds gRPC messages too."""
-        return self.http_limits.max_input_size
 
 
 @dataclass(frozen=True)

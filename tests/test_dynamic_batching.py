@@ -187,6 +187,16 @@ class FakeInstance:
         self.ran.append([int(p.request.id) for p in batch])
 
 
+class PlacedAdmission:
+    """The admission (scheduling/admission.py) of requests whose inputs are in shm."""
+
+    def stage(self, pending) -> bool:
+        return True
+
+    def may_wait_ahead(self, pending) -> bool:
+        return True
+
+
 def scheduler_for(config: str):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
@@ -194,7 +204,7 @@ def scheduler_for(config: str):
     from pbserve.core.scheduling.scheduler import Scheduler
 
     cfg = text_format.Parse(config, mc.ModelConfig())
-    scheduler = Scheduler(cfg)
+    scheduler = Scheduler(cfg, PlacedAdmission())
     scheduler._loop = FakeLoop()
     instance = FakeInstance()
     scheduler.instances = [instance]

@@ -229,6 +229,13 @@ class FakeInstance:
         self.terminated.append((correlation_id, reason))
 
 
+class NoControls:
+    """An admission (scheduling/admission.py) that makes no control tensors."""
+
+    def add_control_tensor(self, pending, name, datatype, shape, data) -> tuple:
+        return ()
+
+
 def batcher_for(config: str):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
@@ -236,7 +243,7 @@ def batcher_for(config: str):
     from pbserve.core.scheduling.sequence_batcher import SequenceBatcher
 
     cfg = text_format.Parse(config, mc.ModelConfig())
-    batcher = SequenceBatcher(cfg, lambda pending, name, datatype, shape, data: ())
+    batcher = SequenceBatcher(cfg, NoControls())
     batcher._loop = FakeLoop()
     instance = FakeInstance()
     batcher.instances = [instance]
@@ -270,4 +277,27 @@ async def test_a_reschedule_refused_after_an_idle_timeout_gives_the_slot_back():
     assert instance.terminated == [(1, "idle_timeout")]
     assert batcher._entries == {}
     seq_submit(batcher, 2)  # the only slot is free again
+    assert instance.ran == [[1], [2]]
+
+
+async def test_a_batch_whose_stub_died_before_it_ran_fails_unavailable():
+    """Under the rate limiter a batch waits (staged) for its resources; a stub that dies
+    meanwhile hands it back (instance.py `stub_lost` with requeue): it fails, and the
+    sequence goes on on its slot once the instance is back."""
+    from pbserve.errors import ErrorCode
+
+    batcher, instance = batcher_for("""
+        name: "m" max_batch_size: 1
+        sequence_batching { max_sequence_idle_microseconds: 100000 }
+        """)
+    first = seq_submit(batcher, 1, corrid=7, flags=1)
+    assert instance.ran == [[1]]
+    instance.ready = False
+    batcher.requeue([first])
+    response = first.future.result()
+    assert first.done and response.error.code == ErrorCode.UNAVAILABLE
+    assert "stopped before the request ran" in response.error.message
+    instance.ready = True
+    batcher.on_idle(instance)
+    seq_submit(batcher, 2, corrid=7)
     assert instance.ran == [[1], [2]]

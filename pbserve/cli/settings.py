@@ -14,7 +14,8 @@ from pbserve.core.instances.model_debug import ModelDebug
 from pbserve.core.options import CoreOptions, RateLimit
 from pbserve.errors import ServerError
 from pbserve.model_backends import DEFAULT_BACKEND_DIRECTORY
-from pbserve.options import EndpointOptions, FrontendOptions, PlaneOptions, ServerOptions
+from pbserve.options import PlaneOptions, ServerOptions
+from pbserve.server.options import EndpointOptions, FrontendOptions
 from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.cli.grpc_flags import grpc_limits
 from pbserve.server.http.limits import HttpLimits

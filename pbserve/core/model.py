@@ -1,10 +1,11 @@
-"""One loaded version of a model: its instances, its scheduler, its request path."""
+"""One loaded version of a model: its configuration, its instances and their outage,
+and the entry points of its requests. A request goes through the model's admission
+(scheduling/admission.py) to its scheduler, and its end is counted in its statistics
+(observability/model_stats.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -16,11 +17,12 @@ from pbserve.model_backends import DEFAULT_BACKEND_DIRECTORY, PYTHON_BACKEND, fi
 from pbserve.core.instances.instance import (
     InstanceServices, ModelInstance)
 from pbserve.core.instances.model_debug import ModelDebug
+from pbserve.core.scheduling.admission import Admission
 from pbserve.core.scheduling.rate_limiter import RateLimiter
 from pbserve.core.instances.supervisor import InstanceSpec, InstanceState
 from pbserve.core.observability import metrics
 from pbserve.core.observability.metrics import ModelStats
-from pbserve.core.observability.response_stats import CANCEL, EMPTY, FAIL, SUCCESS
+from pbserve.core.observability.model_stats import ModelAccounting
 from pbserve.core.config.model_config import (
     apply_auto_complete, config_from_json, config_to_json, is_decoupled)
 from pbserve.core.instances.outage import RESTART_WAIT_S, Outage
@@ -29,25 +31,15 @@ from pbserve.core.scheduling.scheduler import Scheduler
 from pbserve.core.scheduling.sequence_batcher import SequenceBatcher
 from pbserve.core.types import InferRequest, InferResponse
 from pbserve.core.observability.tracing import TRACER, Trace
-from pbserve.core.validation import RequestValidator
 from pbserve.core.instances.warmup import warm_up, warmup_samples
 from pbserve.core.cache.cached_infer import infer_cached, new_load
 from pbserve.core.cache.response_cache import ResponseCache
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.core.memory.block_refs import BlockRefs
-from pbserve.core.memory.shm_upkeep import (
-    SHM_WAIT_S, shm_capacity, too_large_message, waited_message)
-from shm.region import ShmExhausted
-from shm.pool import Block
-from stub import protocol as p
 from tritonclient.grpc import model_config_pb2 as mc
 
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
               mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
-_keys = itertools.count(1)
-# A request waits in a busy stub's queue (ModelInstance.can_queue_another) only with inputs
-# up to this size: there they hold shm that a running request may need for its outputs.
-AHEAD_MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -70,10 +62,11 @@ class ModelServices:
         return self.instances.refs
 
 
-
 class Model:
     """One loaded version of a model. The `InstanceEvents` of its instances
-    (instances/events.py): they tell it when they can take a batch and how one ended."""
+    (instances/events.py): they tell it when a stub goes down and comes back (its
+    outage); its scheduler hears from them when they can take a batch, and its
+    `ModelAccounting` how batches and responses went."""
 
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
                  services: ModelServices) -> None:
@@ -83,16 +76,14 @@ class Model:
         self.cfg = cfg
         self.decoupled = is_decoupled(cfg)
         self.stats = ModelStats(name, self.version)
+        self._accounting = ModelAccounting(self.stats, services.on_request_done)
         self._model_services = services
-        self._refs = services.refs
         self._services = services.instances
         self._on_request_done = services.on_request_done  # after each final response
-        self._stages = False  # whether requests are queued with their inputs out of shm
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
-        self._validator: RequestValidator | None = None
-        self._output_names: tuple[str, ...] = ()  # the config's, for requests naming none
         self._log = logging.getLogger(f"pbserve.model.{name}")
-        self.scheduler: Scheduler | SequenceBatcher | None = None
+        self._admission: Admission | None = None  # made from the completed config
+        self.scheduler: Scheduler | SequenceBatcher | None = None  # the admission's
         self.instances: list[ModelInstance] = []
         self._outage = Outage(name, services.restart_wait_s, self._fail_queued)
         self._server_cache = services.cache
@@ -150,27 +141,13 @@ class Model:
         errors = [r for r in results if isinstance(r, BaseException)]
         if not errors and samples:
             results = await asyncio.gather(
-                *(warm_up(i, samples, self._warmup_request) for i in self.instances),
-                return_exceptions=True)
+                *(warm_up(i, samples, self._admission.warmup_request)
+                  for i in self.instances), return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
-            self.stats = ModelStats(self.name, self.version)  # warmup is not counted
-            self.stats.cache_enabled = self._cache is not None
+            self.stats.reset()  # warmup is not counted
         if errors:
             await self.unload()
             raise errors[0]
-
-    def _warmup_request(self, request: InferRequest) -> PendingRequest:
-        """A warmup request (warmup.py), validated and in shared memory, for an
-        instance to run directly (no scheduler, no statistics)."""
-        batch_size = self._validator.validate(request)
-        descs, blocks = self._copy_inputs(request, batch_size)
-        key = next(_keys)
-        msg = p.request_msg(key=key, request_id=request.id,
-                            correlation_id=request.correlation_id, flags=request.flags,
-                            parameters_json="{}", timeout_us=0, requested=self._output_names,
-                            inputs=descs, lendable=False, output_shm=None)
-        return PendingRequest(key, request, msg, blocks, batch_size, self._free_blocks,
-                              streaming=self.decoupled)
 
     def _create_instances(self) -> None:
         """The instances of every group, not started. The first one runs auto-complete,
@@ -196,7 +173,8 @@ class Model:
                 spec = InstanceSpec(self.name, self.version, instance_name,
                                     str(self.model_path), args, self._python,
                                     backend_path, debug.stub_args(self.name))
-                instance = ModelInstance(spec, self._services, self, self._log)
+                instance = ModelInstance(spec, self._services, self, self._accounting,
+                                         self._log)
                 self.instances.append(instance)
                 self._limit(instance, group, device)
                 if debug.debugs(self.name):  # its one stub gets the terminal
@@ -228,29 +206,20 @@ class Model:
             instance.limit = None
 
     def _set_config(self, cfg: mc.ModelConfig) -> None:
-        """Adopt the completed config: what `initialize` gets and requests are checked by."""
+        """Adopt the completed config: what `initialize` gets, requests are checked by
+        (the admission) and the scheduler is chosen by (the admission makes it)."""
         self.cfg = cfg
         self.decoupled = is_decoupled(cfg)
-        self._validator = RequestValidator(cfg)
-        self._output_names = tuple(o.name for o in cfg.output)
         # (decoupled and sequence-batched models cannot enable it: config_checks.py)
         self._cache = self._server_cache if cfg.response_cache.enable else None
         self.stats.cache_enabled = self._cache is not None
-        self.scheduler = self._new_scheduler(cfg)
-        self.scheduler.instances = self.instances
+        self._admission = Admission(self.name, self.version, cfg, self.stats,
+                                    self._model_services.refs, self._outage)
+        self.scheduler = scheduler = self._admission.scheduler
+        scheduler.instances = self.instances
         config_json = config_to_json(cfg)
         for instance in self.instances:
-            instance.configure(config_json, self.decoupled)
-
-    def _new_scheduler(self, cfg: mc.ModelConfig) -> Scheduler | SequenceBatcher:
-        """Triton's choice: the sequence batcher when configured, else the dynamic
-        batcher or the default scheduler. Only the latter's requests wait with their
-        inputs out of shm (the sequence batcher edits the message it queues)."""
-        if cfg.HasField("sequence_batching"):
-            self._stages = False
-            return SequenceBatcher(cfg, self.add_control_tensor)
-        self._stages = True
-        return Scheduler(cfg, self._stage, self._may_wait_ahead)
+            instance.configure(config_json, self.decoupled, scheduler)
 
     def retire(self) -> None:
         """Unloading or shutting down: no instance is restarted from now on."""
@@ -258,19 +227,6 @@ class Model:
             instance.retire()
 
     # -- InstanceEvents (instances/events.py) --------------------------------------------
-    def instance_idle(self, instance: ModelInstance) -> None:
-        if self.scheduler is not None:
-            self.scheduler.on_idle(instance)
-
-    def reschedule(self, pending: PendingRequest) -> None:
-        assert self.scheduler is not None
-        self.scheduler.reschedule(pending)
-
-    def requeue(self, batch: list[PendingRequest]) -> None:
-        # only the default scheduler's instances queue a batch ahead (can_queue_another)
-        assert isinstance(self.scheduler, Scheduler)
-        self.scheduler.requeue(batch)
-
     def instance_down(self, instance: ModelInstance, cause: str, restart_failed: bool
                       ) -> None:
         """An instance's stub died, or a restart of it failed: with no instance left to
@@ -283,59 +239,18 @@ class Model:
     def instance_up(self, instance: ModelInstance) -> None:
         self._outage.end()
 
-    def batch_done(self, batch: list[PendingRequest]) -> None:
-        """A batch ended: the model's execution statistics (Triton's)."""
-        stats = self.stats
-        stats.exec_count += 1
-        if not batch or not batch[0].exec_start_ns:
-            return
-        now = time.monotonic_ns()
-        if len(batch) == 1:  # the common case, without the sums
-            pending = batch[0]
-            size, input_ns, output_ns = pending.batch_size or 1, pending.input_ns, \
-                pending.output_ns
-        else:
-            # The batch that ran: its requests' batch dimensions added up, as Triton.
-            size = sum([pending.batch_size or 1 for pending in batch])
-            input_ns = sum([pending.input_ns for pending in batch])
-            output_ns = sum([pending.output_ns for pending in batch])
-        figures = stats.batches.get(size)
-        if figures is None:
-            figures = stats.batches[size] = [0, 0, 0, 0]
-        figures[0] += 1
-        figures[1] += now - batch[0].exec_start_ns
-        figures[2] += input_ns
-        figures[3] += output_ns
-        for pending in batch:  # added to the model's figures if it succeeds (_completed)
-            if pending.exec_start_ns:
-                pending.compute_ns = now - pending.exec_start_ns
-
-    def responded(self, pending: PendingRequest, error: bool, empty: bool,
-                  arrived_ns: int) -> None:
-        """A decoupled model's response: its response statistics by index."""
-        if not self.decoupled:
-            return
-        now = time.monotonic_ns()
-        outcome = CANCEL if pending.cancelled else FAIL if error else EMPTY if empty \
-            else SUCCESS
-        since = pending.last_response_ns or pending.exec_start_ns or arrived_ns
-        self.stats.responses.add(pending.responses, outcome, max(arrived_ns - since, 0),
-                                 now - arrived_ns)
-        pending.responses += 1
-        pending.last_response_ns = now
-
     def _fail_queued(self, error: ServerError) -> None:
         """The outage lasted too long: what is queued gets `error`."""
         if self.scheduler is not None:
             for pending in self.scheduler.take_queued():
-                pending.deliver(self._error(pending, error))
+                self._admission.fail(pending, error)
 
     def end_requests(self, error: ServerError) -> int:
         """Shutdown's time is up: what is queued or running gets `error`. How many."""
         count = 0
         if self.scheduler is not None:
             for pending in self.scheduler.take_queued():
-                pending.deliver(self._error(pending, error))
+                self._admission.fail(pending, error)
                 count += 1
         return count + sum(i.end_requests(error) for i in self.instances)
 
@@ -345,8 +260,8 @@ class Model:
         self._outage.end()
         if self.scheduler is not None:
             for pending in self.scheduler.drain():
-                pending.deliver(self._error(pending, ServerError(
-                    ErrorCode.UNAVAILABLE, f"model '{self.name}' is being unloaded")))
+                self._admission.fail(pending, ServerError(
+                    ErrorCode.UNAVAILABLE, f"model '{self.name}' is being unloaded"))
         await self._wait_idle()
         await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
         self._unlimit()
@@ -373,8 +288,9 @@ class Model:
     async def _infer_cached(self, cache: ResponseCache, request: InferRequest
                             ) -> InferResponse:
         """Answered from the response cache, or run and its response kept."""
-        self._validator.validate(request)  # a bad request fails as it would uncached
-        requested = tuple(request.requested_outputs or self._output_names)
+        admission = self._admission
+        admission.validator.validate(request)  # a bad request fails as it would uncached
+        requested = tuple(request.requested_outputs or admission.output_names)
         response = await infer_cached(cache, self.stats, self.name, self.version, request,
                                       requested, lambda: self._infer(request, None),
                                       self._cache_load)
@@ -384,8 +300,8 @@ class Model:
 
     async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
         trace = self._trace(request)
-        pending = self._submit(request, streaming=False, descs=descs) if trace is None \
-            else self._traced_submit(trace, request, False, descs)
+        pending = self._admission.submit(request, streaming=False, descs=descs) \
+            if trace is None else self._traced_submit(trace, request, False, descs)
         assert pending.future is not None
         try:
             response = await pending.future
@@ -396,7 +312,7 @@ class Model:
             raise
         if trace is not None:
             trace.finish(pending.arrival_ns, pending.exec_start_ns, time.monotonic_ns())
-        self._completed(pending, response)
+        self._accounting.completed(pending, response)
         return response
 
     def infer_now(self, request: InferRequest, descs: tuple | None,
@@ -412,9 +328,9 @@ class Model:
 
         def completed(pending: PendingRequest, response: InferResponse) -> None:
             if response.final and not pending.cancelled:
-                self._completed(pending, response)
+                self._accounting.completed(pending, response)
             answer(pending, response)
-        return self._submit(request, streaming=False, descs=descs, sink=completed)
+        return self._admission.submit(request, streaming=False, descs=descs, sink=completed)
 
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
                            on_submit: Callable[[PendingRequest], None] | None = None
@@ -422,8 +338,8 @@ class Model:
         """The request's responses, the final one last. `on_submit` gets the queued
         request (for `ask_to_cancel`)."""
         trace = self._trace(request)
-        pending = self._submit(request, streaming=True, descs=descs) if trace is None \
-            else self._traced_submit(trace, request, True, descs)
+        pending = self._admission.submit(request, streaming=True, descs=descs) \
+            if trace is None else self._traced_submit(trace, request, True, descs)
         if on_submit is not None:
             on_submit(pending)
         assert pending.stream is not None
@@ -439,7 +355,8 @@ class Model:
                         trace.finish(pending.arrival_ns, pending.exec_start_ns,
                                      time.monotonic_ns())
                         trace = None
-                    self._completed(pending, response if not failed else _failed(response))
+                    self._accounting.completed(pending,
+                                              response if not failed else _failed(response))
                     yield response
                     return
                 yield response
@@ -460,10 +377,11 @@ class Model:
 
     def _traced_submit(self, trace: Trace, request: InferRequest, streaming: bool,
                        descs: tuple | None) -> PendingRequest:
-        """`_submit`; a request refused on the way (validation) still ends its trace."""
+        """`Admission.submit`; a request refused on the way (validation) still ends its
+        trace."""
         try:
-            pending = self._submit(request, streaming=streaming, descs=descs,
-                                   trace=(trace.id, trace.context))
+            pending = self._admission.submit(request, streaming=streaming, descs=descs,
+                                             trace=(trace.id, trace.context))
         except BaseException:
             trace.finish(0, 0, 0)
             raise
@@ -491,8 +409,8 @@ class Model:
         if pending.instance is not None:
             pending.instance.cancel(pending.key)
         elif self.scheduler is not None and self.scheduler.remove(pending):
-            pending.deliver(self._error(pending, ServerError(
-                ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
+            self._admission.fail(pending, ServerError(
+                ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled"))
 
     def ask_to_cancel(self, pending: PendingRequest) -> None:
         """Cancel a request whose caller goes on reading its responses (a BLS stream's
@@ -503,234 +421,8 @@ class Model:
         if pending.instance is not None:
             pending.instance.cancel(pending.key)
         elif self.scheduler is not None and self.scheduler.remove(pending):
-            pending.deliver(self._error(pending, ServerError(
-                ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled")))
-
-    def _submit(self, request: InferRequest, streaming: bool, descs: tuple | None = None,
-                trace: tuple[int, str] | None = None,
-                sink: Callable[[PendingRequest, InferResponse], None] | None = None
-                ) -> PendingRequest:
-        """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
-        shm (a BLS call's, in the caller's pool): they are passed on, not copied.
-        `trace`: the request's trace id and context, for `request.trace()`. `sink`: where
-        a unary request's response goes instead of its future (PendingRequest)."""
-        if self._outage.error is not None:
-            raise self._outage.error
-        batch_size = self._validator.validate(request)
-        output_shm = None
-        if request.output_shm:
-            output_shm = self._output_shm(request)
-        staged = True
-        input_ns = 0
-        if descs is None:
-            # A request an idle instance takes at once is copied now, as always; one that
-            # will wait (or that /dev/shm cannot take now) is copied when dispatched.
-            if self._stages and not self.scheduler.takes_now() \
-                    and any([t.shm is None for t in request.inputs]):
-                staged = False
-            else:
-                try:
-                    copying = time.monotonic_ns()
-                    descs, blocks = self._copy_inputs(request, batch_size)
-                    input_ns = time.monotonic_ns() - copying
-                except ShmExhausted:
-                    if not self._stages:
-                        raise
-                    staged = False
-            if not staged:
-                descs, blocks = (), []  # _stage copies them, or takes their placed blocks
-                for tensor in request.inputs:
-                    if tensor.placed is not None:  # moved out of shm if it runs short
-                        tensor.placed.park(tensor)
-        else:
-            descs = tuple((d[0], d[1], self._validator.model_shape(t, batch_size), *d[3:])
-                          for d, t in zip(descs, request.inputs))
-            # The parent's blocks among them (an ensemble's tensors, a BLS caller's own
-            # inputs) stay alive while this request may read them: until its stub has
-            # answered, even when the caller stopped waiting (cancelled) before that.
-            hold = self._refs.hold
-            blocks = [Block(d[3], d[4], d[5]) for d in descs if hold((d[3], d[4]))]
-        key = next(_keys)
-        params = json.dumps(request.parameters) if request.parameters else "{}"
-        # None asked for means every output of the config (Triton's Normalize): the model
-        # sees them as requested, and an output it returns that is not one is dropped.
-        requested = tuple(request.requested_outputs or self._output_names)
-        # The stub may answer with an input as it is when the parent owns its block (it
-        # counts references, memory/block_refs.py) and the model answers once per request.
-        lendable = not self.decoupled and bool(descs) and all(
-            self._refs.is_held((d[3], d[4])) for d in descs)
-        msg = p.request_msg(key=key, request_id=request.id,
-                            correlation_id=request.correlation_id, flags=request.flags,
-                            parameters_json=params, timeout_us=request.timeout_us,
-                            requested=requested, inputs=descs, lendable=lendable,
-                            output_shm=output_shm, trace=trace,
-                            gpu_outputs=request.gpu_outputs)
-        pending = PendingRequest(key, request, msg if staged else None, blocks, batch_size,
-                                 self._free_blocks, streaming, sink)
-        pending.input_ns = input_ns
-        if not staged:
-            pending.unstaged = msg
-        # The request's client regions are held until it completes (memory/shared_memory.py).
-        pending.on_complete, request._shm_release = request._shm_release, None
-        self.stats.pending += 1
-        assert self.scheduler is not None
-        self.scheduler.submit(pending)
-        if request.timeout_us > 0:
-            asyncio.get_running_loop().call_later(request.timeout_us / 1e6, self._expire,
-                                                  pending)
-        return pending
-
-    def _expire(self, pending: PendingRequest) -> None:
-        """The request's own timeout passed: a running request is cancelled (the model
-        decides). A queued one fails with Triton's "Request timeout expired", unless a
-        batcher owns the queue: its queue policy (allow_timeout_override, DELAY) and its
-        sequences decide what a timeout does there."""
-        if pending.done or pending.cancelled:
-            return
-        if pending.instance is not None:
-            pending.instance.cancel(pending.key)
-        elif self.cfg.HasField("dynamic_batching") or self.cfg.HasField("sequence_batching"):
-            return
-        elif self.scheduler is not None and self.scheduler.remove(pending):
-            pending.deliver(self._error(pending, ServerError(
-                ErrorCode.UNAVAILABLE, "Request timeout expired")))
-
-    def _output_shm(self, request: InferRequest) -> dict[str, tuple[str, int, int]]:
-        """Where the stub writes outputs the client wants in its regions: name ->
-        (window token, offset, byte_size)."""
-        assert request.output_shm is not None
-        if self.decoupled:
-            name = next(iter(request.output_shm))
-            raise ServerError(ErrorCode.INVALID_ARG, (
-                f"output '{name}' for model '{self.name}': shared-memory outputs are not "
-                f"supported for models using the decoupled transaction policy (each "
-                f"response would overwrite the region)"))
-        return {name: (ref.token, ref.offset, ref.byte_size)
-                for name, ref in request.output_shm.items()}
-
-    def _copy_inputs(self, request: InferRequest, batch_size: int
-                     ) -> tuple[tuple, list[Block]]:
-        """One copy of each input into the parent's pool; descriptors for the stub. An
-        input in a client's region is not copied: the stub reads it there; nor is one a
-        frontend gathered in the pool already (memory/input_placer.py): its block is
-        taken over."""
-        descs = []
-        blocks = []
-        taken = []
-        try:
-            for tensor in request.inputs:
-                if tensor.shm is not None:
-                    descs.append((tensor.name, tensor.datatype,
-                                  self._validator.model_shape(tensor, batch_size),
-                                  tensor.shm.token, tensor.shm.offset, tensor.shm.byte_size))
-                    continue
-                placed = tensor.placed
-                if placed is not None and placed.take():
-                    taken.append(placed)
-                    block = placed.block  # gathered there by the frontend: no copy
-                else:
-                    block = self._refs.copy_in(tensor.data)
-                    blocks.append(block)
-                shape = self._validator.model_shape(tensor, batch_size)
-                descs.append((tensor.name, tensor.datatype, shape, block.region,
-                              block.offset, block.nbytes))
-        except BaseException:
-            self._free_blocks(blocks)
-            for placed in taken:
-                placed.give_back()  # still the frontend's: a later try takes it again
-            raise
-        blocks.extend(placed.block for placed in taken)
-        return tuple(descs), blocks
-
-    def _may_wait_ahead(self, pending: PendingRequest) -> bool:
-        """Whether the request may wait in a busy stub's queue: not with more than
-        AHEAD_MAX_BYTES of inputs still to copy into shm (they would hold it there)."""
-        return pending.inputs is not None or \
-            _input_bytes(pending.request) <= AHEAD_MAX_BYTES
-
-    def _stage(self, pending: PendingRequest) -> bool:
-        """Copy a request's inputs into the parent's pool as it goes to an instance (the
-        default scheduler's requests wait for one with their inputs in process memory,
-        so a queue never holds /dev/shm). False when it cannot go now: /dev/shm is full
-        (it waits, and is tried again) or the request can never fit (it failed)."""
-        msg = pending.unstaged
-        assert msg is not None
-        copying = time.monotonic_ns()
-        try:
-            descs, blocks = self._copy_inputs(pending.request, pending.batch_size)
-        except ShmExhausted:
-            return self._shm_short(pending)
-        pending.input_ns = time.monotonic_ns() - copying
-        lendable = not self.decoupled and bool(descs) and all(
-            self._refs.is_held((d[3], d[4])) for d in descs)
-        pending.inputs = p.with_inputs(msg, descs, lendable)
-        pending.blocks.extend(blocks)
-        pending.unstaged = None
-        return True
-
-    def _shm_short(self, pending: PendingRequest) -> bool:
-        """/dev/shm could not take the request's inputs: it waits for memory the requests
-        in flight give back, unless it is larger than /dev/shm or waited SHM_WAIT_S."""
-        nbytes = _input_bytes(pending.request)
-        capacity = shm_capacity()
-        now = asyncio.get_running_loop().time()
-        if capacity and nbytes > capacity:
-            message = too_large_message(self.name, nbytes, capacity)
-        elif not pending.shm_wait_since:
-            pending.shm_wait_since = now
-            return False
-        elif now - pending.shm_wait_since < SHM_WAIT_S:
-            return False
-        else:
-            message = waited_message(self.name, nbytes, SHM_WAIT_S)
-        self._log.error("%s", message)
-        pending.deliver(self._error(pending, ServerError(ErrorCode.RESOURCE_EXHAUSTED,
-                                                         message)))
-        return False
-
-    def add_control_tensor(self, pending: PendingRequest, name: str, datatype: str,
-                           shape: tuple[int, ...], data: bytes) -> tuple:
-        """A tensor the scheduler adds to a request (sequence controls), in the parent's
-        pool; its block is freed with the request's inputs. Its descriptor."""
-        block = self._refs.copy_in(data)
-        pending.blocks.append(block)
-        return (name, datatype, shape, block.region, block.offset, block.nbytes)
-
-    def _free_blocks(self, blocks: list[Block]) -> None:
-        for block in blocks:
-            self._refs.drop((block.region, block.offset))
-
-    def _completed(self, pending: PendingRequest, response: InferResponse) -> None:
-        """A request's final response: its statistics, then `on_request_done`."""
-        stats = self.stats
-        stats.pending -= 1
-        now = time.monotonic_ns()
-        arrival_ns = pending.arrival_ns
-        took_us = (now - arrival_ns) // 1000
-        stats.request_us += took_us
-        stats.last_inference_ms = int(time.time() * 1000)
-        # As Triton's Python backend: a request the model answered with an error response
-        # (InferenceResponse(error=...)) succeeded; one whose execute raised failed.
-        if response.error is None or pending.model_errors:
-            stats.success += 1
-            stats.success_us += took_us
-            stats.inference_count += pending.batch_size or 1  # no batching: 1 each
-            # As Triton, only successes add to the queue and compute figures.
-            start_ns = pending.exec_start_ns
-            if start_ns:
-                stats.queue_us += (start_ns - arrival_ns) // 1000
-                stats.compute_infer_us += (pending.compute_ns or now - start_ns) // 1000
-            stats.compute_input_ns += pending.input_ns
-            stats.compute_output_ns += pending.output_ns
-        else:
-            stats.failures[_failure_reason(pending, response.error)] += 1
-            stats.failure_us += took_us
-        if self._on_request_done is not None:
-            self._on_request_done()
-
-    def _error(self, pending: PendingRequest, error: ServerError) -> InferResponse:
-        return InferResponse(self.name, self.version, pending.request.id, error=error)
-
+            self._admission.fail(pending, ServerError(
+                ErrorCode.CANCELLED, f"request for model '{self.name}' was cancelled"))
 
 def unary_on_decoupled(model_name: str, request_id: str) -> ServerError:
     """A request for one response to a decoupled model (or ensemble): refused."""
@@ -738,20 +430,6 @@ def unary_on_decoupled(model_name: str, request_id: str) -> ServerError:
         f"[request id: {request_id or '<id_unknown>'}] model '{model_name}' is using the "
         f"decoupled transaction policy: use streaming (gRPC ModelStreamInfer or HTTP "
         f"generate_stream) to receive its responses"))
-
-
-def _input_bytes(request: InferRequest) -> int:
-    """The bytes of a request's inputs that go into the parent's pool."""
-    return sum([memoryview(t.data).nbytes for t in request.inputs if t.shm is None])
-
-
-def _failure_reason(pending: PendingRequest, error: ServerError) -> str:
-    """Triton's reason label for a request that failed."""
-    if pending.cancelled or error.code == ErrorCode.CANCELLED:
-        return metrics.CANCELED
-    if not pending.exec_start_ns:
-        return metrics.REJECTED  # never reached execute
-    return metrics.BACKEND
 
 
 def _failed(response: InferResponse) -> InferResponse:

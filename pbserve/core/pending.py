@@ -24,7 +24,7 @@ class PendingRequest:
     It holds a reference to each of its input blocks in the parent's pool until it
     completes (a response naming one holds its own, memory/block_refs.py); a request the
     default scheduler queues keeps its inputs in process memory until it is dispatched
-    (`unstaged`, model.py's `_stage`). Responses go to
+    (`unstaged`, scheduling/admission.py's `stage`). Responses go to
     `deliver`, which a unary caller reads through `future` (or has handed to its
     `sink` at once: a stub's BLS call, stub_calls/bls.py) and a streaming caller through
     `stream`; once batched under preserve_ordering, by way of `order`.

@@ -5,12 +5,9 @@ be bound is the one named); app.py's `start_servers` hands them to the servers."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pbserve.server.listener import Listener
-
-if TYPE_CHECKING:
-    from pbserve.options import FrontendOptions
+from pbserve.server.options import FrontendOptions
 
 
 @dataclass

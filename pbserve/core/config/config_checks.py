@@ -21,7 +21,9 @@ SEQUENCE_IDLE_DEFAULT_US = 1_000_000  # Triton's SEQUENCE_IDLE_DEFAULT_MICROSECO
 MIN_COMPUTE_CAPABILITY = 6.0  # Triton's default --min-supported-compute-capability
 TENSORRT_PLATFORM = "tensorrt_plan"
 ENSEMBLE_PLATFORM = "ensemble"
-DEFAULT_INSTANCE_COUNT = 1  # SetDefaultInstanceCount for the python backend
+DEFAULT_INSTANCE_COUNT = 1  # SetDefaultInstanceCount: any group of any backend...
+DEFAULT_CPU_INSTANCE_COUNT = 2  # ...but a KIND_CPU group of these backends
+DEFAULT_CPU_INSTANCE_COUNT_BACKENDS = ("tensorflow", "onnxruntime")
 
 _Control = mc.ModelSequenceBatching.Control
 _Group = mc.ModelInstanceGroup
@@ -284,8 +286,10 @@ def _validate_model_metrics(metrics: mc.ModelMetrics) -> None:
 
 def normalize_instance_groups(cfg: mc.ModelConfig, gpus: Sequence[int]) -> None:
     """NormalizeInstanceGroup with the python backend's preferred group (KIND_GPU in
-    a GPU build, KIND_CPU otherwise, count unset). No GPUs: the one default group is
-    named after the model (its instances are "<model>_0"...) and KIND_AUTO is CPU."""
+    a GPU build, KIND_CPU otherwise, count unset; Triton's onnxruntime and pytorch
+    backends name none, which resolves to the same kind). No GPUs: the one default
+    group is named after the model (its instances are "<model>_0"...) and KIND_AUTO is
+    CPU. A group without a count (or count < 1) gets `default_instance_count`."""
     if cfg.HasField("ensemble_scheduling"):
         return
     if not cfg.instance_group:
@@ -299,9 +303,18 @@ def normalize_instance_groups(cfg: mc.ModelConfig, gpus: Sequence[int]) -> None:
             usable = bool(gpus) and all(g in gpus for g in group.gpus)
             group.kind = _Group.KIND_GPU if usable else _Group.KIND_CPU
         if group.count < 1:
-            group.count = DEFAULT_INSTANCE_COUNT
+            group.count = default_instance_count(group.kind, cfg.backend)
         if group.kind == _Group.KIND_GPU and not group.gpus:
             group.gpus.extend(gpus)
+
+
+def default_instance_count(kind: int, backend: str) -> int:
+    """SetDefaultInstanceCount: 2 for a KIND_CPU group of the onnxruntime or tensorflow
+    backend (by the config's backend name, a Python-based backend of that name too),
+    1 otherwise (python, pytorch, every KIND_GPU or KIND_MODEL group)."""
+    if kind == _Group.KIND_CPU and backend in DEFAULT_CPU_INSTANCE_COUNT_BACKENDS:
+        return DEFAULT_CPU_INSTANCE_COUNT
+    return DEFAULT_INSTANCE_COUNT
 
 
 def validate_instance_groups(cfg: mc.ModelConfig, gpus: Sequence[int]) -> None:

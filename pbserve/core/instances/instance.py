@@ -1,8 +1,9 @@
 """A model instance: the batches and requests its stub runs (in flight until their final
 response), and the stub's messages, each kind to its handler. The stub process's life
 (launch, restart, stop) is the supervisor's (supervisor.py), responses and the output
-blocks owed to the stub are outputs.py's, and what happens to its batches is told to its
-model through `InstanceEvents` (events.py)."""
+blocks owed to the stub are outputs.py's. What happens to its stub is told to its model
+(`InstanceEvents`), what happens to its batches to its model's scheduler
+(`SchedulerEvents`, events.py) and statistics (`ModelAccounting`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from pbserve.core.memory.block_refs import BlockRefs
-from pbserve.core.instances.events import InstanceEvents
+from pbserve.core.instances.events import InstanceEvents, SchedulerEvents
 from pbserve.core.instances.outputs import StubOutputs
 from pbserve.core.memory.shm_upkeep import ShmUpkeep
 from pbserve.core.stub_calls.dispatch import StubCalls
@@ -22,6 +23,7 @@ from pbserve.core.instances.stub_launch import StubLauncher
 from pbserve.core.latency.hop import REPLY_WATCH_NS, Hop, RunningInstances
 from pbserve.core.instances.supervisor import InstanceSpec, InstanceState, StubSupervisor
 from pbserve.core.observability.log_escape import escaped
+from pbserve.core.observability.model_stats import ModelAccounting
 from pbserve.core.pending import PendingRequest
 from pbserve.core.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, internal
@@ -68,10 +70,12 @@ class InstanceServices:
 
 
 class ModelInstance:
-    """Runs batches on one stub; tells `events` when it can take the next."""
+    """Runs batches on one stub; tells its scheduler when it can take the next, `events`
+    when the stub goes down and comes back, `accounting` how batches and responses went."""
 
     def __init__(self, spec: InstanceSpec, services: InstanceServices,
-                 events: InstanceEvents[ModelInstance], model_log: logging.Logger) -> None:
+                 events: InstanceEvents[ModelInstance], accounting: ModelAccounting,
+                 model_log: logging.Logger) -> None:
         self.spec = spec
         self.model_name = spec.model_name
         self.model_version = spec.model_version
@@ -88,6 +92,9 @@ class ModelInstance:
         self._upkeep = services.upkeep  # shm given back (memory/shm_upkeep.py)
         self._running = services.running
         self._events = events
+        self._accounting = accounting
+        # the model's scheduler, from `configure` on (no batch runs before)
+        self._scheduler: SchedulerEvents[ModelInstance] = _UNCONFIGURED
         self._model_log = model_log
         self._supervisor = StubSupervisor(
             spec, self, services.regions,
@@ -105,9 +112,12 @@ class ModelInstance:
         self._direct_calls: set[int] = set()  # CALL_DIRECTs not answered yet
         self._waiting = False  # counted in `_running.waiting` (`_count_waiting`)
 
-    def configure(self, config_json: str, decoupled: bool) -> None:
-        """Adopt the model's completed config (after auto-complete, before `start`)."""
+    def configure(self, config_json: str, decoupled: bool,
+                  scheduler: SchedulerEvents[ModelInstance]) -> None:
+        """Adopt the model's completed config, and the scheduler made from it (after
+        auto-complete, before `start`)."""
         self.decoupled = decoupled
+        self._scheduler = scheduler
         self._supervisor.configure(config_json, decoupled)
 
     @property
@@ -217,12 +227,12 @@ class ModelInstance:
         if staged is not None and self.limit is not None:  # it never started
             self.limit.unstage()
             if requeue:
-                self._events.requeue(staged)
+                self._scheduler.requeue(staged)
             else:
                 for pending in staged:
                     pending.deliver(self._outputs.error_response(
                         pending, ServerError(code, message)))
-                self._events.batch_done(staged)
+                self._accounting.batch_done(staged)
         if requeue:
             self._requeue_waiting()
         self._fail_inflight(message, code)
@@ -239,7 +249,7 @@ class ModelInstance:
 
     def stub_back(self) -> None:
         self._events.instance_up(self)
-        self._events.instance_idle(self)
+        self._scheduler.on_idle(self)
 
     def _requeue_waiting(self) -> None:
         """Batches after the first one were waiting in the dead stub's queue, never
@@ -253,7 +263,7 @@ class ModelInstance:
                 self._inflight.pop(pending.key, None)
                 pending.instance = None
                 pending.exec_start_ns = 0
-            self._events.requeue(batch)
+            self._scheduler.requeue(batch)
 
     def _fail_inflight(self, message: str, code: ErrorCode) -> None:
         batches, self._batches = self._batches, {}
@@ -261,7 +271,7 @@ class ModelInstance:
         for pending in inflight.values():
             pending.deliver(self._outputs.error_response(pending, ServerError(code, message)))
         for batch in batches.values():
-            self._events.batch_done(batch)
+            self._accounting.batch_done(batch)
         self._end_busy()
 
     # -- executing --------------------------------------------------------------------
@@ -282,7 +292,7 @@ class ModelInstance:
             assert self.limit is not None
             self.limit.release()
             if batch:
-                self._events.requeue(batch)
+                self._scheduler.requeue(batch)
             return
         self._send(batch)
 
@@ -469,8 +479,9 @@ class ModelInstance:
             pending.model_errors += response.error is not None
         pending.output_ns += time.monotonic_ns() - started
         pending.deliver(response)
-        self._events.responded(pending, response.error is not None, not response.outputs,
-                               started)
+        if self.decoupled:
+            self._accounting.responded(pending, response.error is not None,
+                                       not response.outputs, started)
 
     def _read_response(self, pending: PendingRequest, msg: tuple, final: bool
                        ) -> InferResponse:
@@ -499,13 +510,13 @@ class ModelInstance:
         for key in rescheduled:
             self._reschedule(key)
         if executed:
-            self._events.batch_done(batch)
+            self._accounting.batch_done(batch)
         if self._batches:
             self._start_next()
         else:
             self._end_busy()
         if self._supervisor.state is InstanceState.READY:
-            self._events.instance_idle(self)
+            self._scheduler.on_idle(self)
 
     def _end_busy(self) -> None:
         if self.limit is not None:
@@ -539,7 +550,7 @@ class ModelInstance:
         if pending is None:
             return
         pending.instance = None
-        self._events.reschedule(pending)
+        self._scheduler.reschedule(pending)
 
     def sequence_terminated(self, correlation_id: int | str, reason: str) -> None:
         """pbserve's eviction notice: a sequence this instance held ended without END.
@@ -554,3 +565,20 @@ class ModelInstance:
         where = f"{os.path.basename(filename)}:{line}" if line else filename
         self._model_log.log(_LOG_LEVELS.get(level, logging.INFO), "%s] %s", where,
                             escaped(text))
+
+
+class _Unconfigured:
+    """An instance's scheduler until `configure` gives it the model's: nothing is queued
+    yet, and no batch has run that could end or go back."""
+
+    def on_idle(self, instance: ModelInstance) -> None:
+        pass
+
+    def reschedule(self, pending: PendingRequest) -> None:
+        raise AssertionError("a batch ran before the instance was configured")
+
+    def requeue(self, batch: list[PendingRequest]) -> None:
+        raise AssertionError("a batch ran before the instance was configured")
+
+
+_UNCONFIGURED = _Unconfigured()

@@ -1,9 +1,9 @@
 """A frontend gathers a large request's tensors straight into the parent's shm pool, so
-that the request's inputs need no copy of their own (Model._copy_inputs takes the block
+that the request's inputs need no copy of their own (Admission._copy_inputs takes the block
 over). Used on the event loop's thread only.
 
 A placed block has one owner at a time: the frontend from `place` on, the request once
-`Model._copy_inputs` has `take`n it (its PendingRequest then frees it as any input
+`Admission._copy_inputs` has `take`n it (its PendingRequest then frees it as any input
 block); the frontend `drop`s what no request took (an error before the request was
 queued, a cancelled call, a model whose path copies anyway: an ensemble, another worker).
 

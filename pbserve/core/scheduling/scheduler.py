@@ -22,6 +22,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -125,20 +126,34 @@ class _Level:
         return len(self.queue) + len(self.delayed)
 
 
-class Scheduler:
-    """`stage(pending)`: copies the inputs of a request that waited with them in process
-    memory into shm as it is dispatched (Model._stage); False when it cannot go now:
-    /dev/shm is full (the request goes back to the front of the queue, and dispatching
-    pauses SHM_RETRY_S) or the request failed. `may_wait_ahead(pending)`: whether it may
-    wait in a busy stub's queue (Model._may_wait_ahead: not when its inputs are too large
-    to hold shm while they wait); asked before the request leaves the queue."""
+class Staging(Protocol):
+    """What a scheduler asks of the admission its requests came through (admission.py's
+    `Admission`) as they leave its queue."""
 
-    def __init__(self, cfg: mc.ModelConfig,
-                 stage: Callable[[PendingRequest], bool] | None = None,
-                 may_wait_ahead: Callable[[PendingRequest], bool] | None = None) -> None:
+    def stage(self, pending: PendingRequest) -> bool:
+        """Copy the inputs of a request that waited with them in process memory (the
+        default scheduler's) into shm as it is dispatched; False when it cannot go now:
+        /dev/shm is full (the request goes back to the front of the queue, and
+        dispatching pauses SHM_RETRY_S) or the request failed."""
+
+    def may_wait_ahead(self, pending: PendingRequest) -> bool:
+        """Whether the request may wait in a busy stub's queue (not when its inputs are
+        too large to hold shm while they wait); asked before it leaves the queue."""
+
+    def add_control_tensor(self, pending: PendingRequest, name: str, datatype: str,
+                           shape: tuple[int, ...], data: bytes) -> tuple:
+        """A tensor the sequence batcher adds to a request (its controls), in the
+        parent's pool, freed with the request's inputs: its descriptor."""
+
+
+class Scheduler:
+    """The default scheduler and the dynamic batcher of one model; `admission` stages
+    the requests it dispatches (`Staging`). Its instances tell it when they are idle,
+    and what goes back to its queue (instances/events.py `SchedulerEvents`)."""
+
+    def __init__(self, cfg: mc.ModelConfig, admission: Staging) -> None:
         self.instances: list[ModelInstance] = []
-        self._stage = stage
-        self._may_wait_ahead = may_wait_ahead or (lambda pending: True)
+        self._admission = admission
         self._shm_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._batching = cfg.HasField("dynamic_batching")
@@ -173,22 +188,22 @@ class Scheduler:
             return self._default_level
         return priority
 
-    # -- the surface Model uses ---------------------------------------------------------
+    # -- the surface admission, the model and its instances use -------------------------
     def submit(self, pending: PendingRequest) -> None:
         if not self._batching and not self._size:
             # The common case without a batcher: nothing queued, so the request goes
             # straight to the first idle instance (what queueing then dispatching does).
             for instance in self.instances:
                 if instance.ready:
-                    if pending.inputs is None and not self._stage(pending):
+                    if pending.inputs is None and not self._admission.stage(pending):
                         break
                     instance.execute([pending])
                     instance.watch_for_reply()
                     return
             else:
                 for instance in self.instances:  # all busy: wait in a stub's queue, if one may
-                    if instance.can_queue_another and self._may_wait_ahead(pending):
-                        if pending.inputs is None and not self._stage(pending):
+                    if instance.can_queue_another and self._admission.may_wait_ahead(pending):
+                        if pending.inputs is None and not self._admission.stage(pending):
                             break
                         instance.execute([pending])
                         return
@@ -292,7 +307,7 @@ class Scheduler:
         for instance in self.instances:
             if not self._size:
                 return
-            if instance.can_queue_another and self._may_wait_ahead(self._head()):
+            if instance.can_queue_another and self._admission.may_wait_ahead(self._head()):
                 batch = self._staged([self._pop()])
                 if not batch:
                     return
@@ -302,12 +317,10 @@ class Scheduler:
         """The requests of `batch` whose inputs are (now) in shm; the others go back to
         the front of the queue, and if /dev/shm could not take them dispatching waits
         for memory."""
-        if self._stage is None:
-            return batch
         ready: list[PendingRequest] = []
         waiting: list[PendingRequest] = []
         for pending in batch:
-            if waiting or (pending.inputs is None and not self._stage(pending)):
+            if waiting or (pending.inputs is None and not self._admission.stage(pending)):
                 if not pending.done:
                     waiting.append(pending)
                 continue

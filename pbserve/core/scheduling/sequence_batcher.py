@@ -32,7 +32,6 @@ import logging
 import math
 import struct
 from collections import deque
-from collections.abc import Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -40,7 +39,7 @@ from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.config.model_config import datatype_of
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.scheduler import (
-    RESCHEDULE_UNSUPPORTED, arm, choose_batch, reject)
+    RESCHEDULE_UNSUPPORTED, Staging, arm, choose_batch, reject)
 from pbserve.core.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
 from pbserve.errors import ErrorCode
 from stub import protocol as p
@@ -59,8 +58,6 @@ _BOOL_FORMATS = (("int32_false_true", "INT32", "<i"), ("fp32_false_true", "FP32"
 _CORRID_FORMATS = {mc.TYPE_UINT64: "<Q", mc.TYPE_INT64: "<Q", mc.TYPE_UINT32: "<I",
                    mc.TYPE_INT32: "<I"}
 _LENGTH = struct.Struct("<I")
-
-AddControl = Callable[[PendingRequest, str, str, tuple, bytes], tuple]
 
 
 class _Sequence:
@@ -114,14 +111,18 @@ class _Entry:
         self.queued_s = now
         self.controls: dict[int, tuple] = {}
         self.rescheduled = False
-        self.message = pending.inputs  # the request message as Model made it
+        self.message = pending.inputs  # the request message as admission made it
 
 
 class SequenceBatcher:
-    def __init__(self, cfg: mc.ModelConfig, add_control: AddControl) -> None:
+    """The sequence batcher of one model; `admission` makes the control tensors it adds
+    to requests (`Staging`). Its instances tell it when they are idle, and what goes
+    back to its queue (instances/events.py `SchedulerEvents`)."""
+
+    def __init__(self, cfg: mc.ModelConfig, admission: Staging) -> None:
         sb = cfg.sequence_batching
         self._name = cfg.name
-        self._add_control = add_control
+        self._admission = admission
         self._loop = asyncio.get_running_loop()
         self._iterative = sb.iterative_sequence
         self._oldest = sb.HasField("oldest")
@@ -169,7 +170,7 @@ class SequenceBatcher:
         self._free = [slot for slots in self._slots.values() for slot in slots]
         heapq.heapify(self._free)
 
-    # -- the surface Model uses ---------------------------------------------------------
+    # -- the surface admission, the model and its instances use -------------------------
     def expect_request(self) -> None:
         """Nothing is got ready: which instance takes a request depends on its
         sequence, known only once it is decoded."""
@@ -206,6 +207,15 @@ class SequenceBatcher:
             for entry in entries:
                 self._completed(entry)
         self.dispatch()
+
+    def requeue(self, batch: list[PendingRequest]) -> None:
+        """Requests that left their slots but never ran: a batch staged under the rate
+        limiter whose stub died first. They fail UNAVAILABLE, as the requests of a
+        crashed stub do (their sequences do not go on past a lost request); the slots are
+        given back when the instance is idle again (`on_idle`)."""
+        for pending in batch:
+            reject(pending, ErrorCode.UNAVAILABLE,
+                   f"model '{self._name}': the instance stopped before the request ran")
 
     def reschedule(self, pending: PendingRequest) -> None:
         """RESCHEDULE: the request runs again in its sequence (iterative_sequence only)."""
@@ -457,13 +467,14 @@ class SequenceBatcher:
     def _controls(self, entry: _Entry) -> tuple:
         """START, END, READY, CORRID, as Triton's SetControlTensors fills them."""
         made = []
-        add, pending, shape = self._add_control, entry.pending, self._shape
+        admission, pending, shape = self._admission, entry.pending, self._shape
         for control, value in ((self._start_control, entry.flags & FLAG_SEQUENCE_START),
                                (self._end_control, entry.flags & FLAG_SEQUENCE_END),
                                (self._ready_control, True)):
             if control is not None:
                 name, datatype, false, true = control
-                made.append(add(pending, name, datatype, shape, true if value else false))
+                made.append(admission.add_control_tensor(pending, name, datatype, shape,
+                                                         true if value else false))
         if self._corrid_control is not None:
             name, datatype, fmt = self._corrid_control
             corrid = entry.corrid
@@ -474,7 +485,7 @@ class SequenceBatcher:
                 value = corrid if isinstance(corrid, int) else 0
                 data = struct.pack(fmt, value & (0xFFFFFFFFFFFFFFFF if fmt == "<Q"
                                                  else 0xFFFFFFFF))
-            made.append(add(pending, name, datatype, shape, data))
+            made.append(admission.add_control_tensor(pending, name, datatype, shape, data))
         return tuple(made)
 
     def _arm(self, when: float) -> None:

@@ -34,6 +34,9 @@ _CONFIG_TYPES = {
     "tensor(float)": "TYPE_FP32", "tensor(double)": "TYPE_FP64",
     "tensor(bfloat16)": "TYPE_BF16", "tensor(string)": "TYPE_STRING",
 }
+# the config data types Triton's onnxruntime backend takes (ModelConfigDataTypeToOnnxDataType,
+# 2.51): every one but TYPE_BF16
+_LOADABLE_TYPES = frozenset(_CONFIG_TYPES.values()) - {"TYPE_BF16"}
 DEFAULT_MAX_BATCH_SIZE = 4  # tritonserver's --backend-config default-max-batch-size
 _ORT_ERROR = re.compile(r"^\[ONNXRuntimeError\] : (\d+) : \w+ : (.*)$", re.S)
 
@@ -149,7 +152,8 @@ class TritonPythonModel:
 
     def _validate(self) -> None:
         """Triton's ValidateInputs / ValidateOutputs: the config's tensors against the
-        graph's (names, data types, shapes)."""
+        graph's (names, data types, shapes); a data type the backend does not take
+        (TYPE_BF16) fails before it is compared with the graph's."""
         max_batch_size = int(self.config.get("max_batch_size", 0))
         inputs, outputs = _io(self.session.get_inputs()), _io(self.session.get_outputs())
         specs = tensor_specs(self.config, "input")
@@ -167,6 +171,9 @@ class TritonPythonModel:
                     raise ValueError(f"unexpected inference {kind} '{spec.name}', allowed "
                                      f"{kind}s are: {', '.join(sorted(found))}")
                 data_type, shape = found[spec.name]
+                if spec.data_type not in _LOADABLE_TYPES:
+                    raise ValueError(f"unsupported datatype {spec.data_type} for {kind} "
+                                     f"'{spec.name}' for model '{self.name}'")
                 if data_type != spec.data_type:
                     raise ValueError(
                         f"unable to load model '{self.name}', configuration expects datatype "

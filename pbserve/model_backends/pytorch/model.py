@@ -28,6 +28,10 @@ except ImportError as _error:  # the model fails to load, naming what to install
     raise ImportError(missing_package_message("pytorch", "torch", _error)) from None
 
 _NAMED_INDEX = re.compile(r"^.*?__(\d+)$")
+# the config data types Triton's pytorch backend takes (ModelConfigDataTypeToTorchType,
+# and TYPE_STRING as List[str]); any other fails the load
+_CONFIG_TYPES = ("TYPE_BOOL", "TYPE_UINT8", "TYPE_INT8", "TYPE_INT16", "TYPE_INT32",
+                 "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_STRING")
 _DATATYPES = {
     torch.bool: "BOOL", torch.uint8: "UINT8", torch.int8: "INT8", torch.int16: "INT16",
     torch.int32: "INT32", torch.int64: "INT64", torch.float16: "FP16",
@@ -60,6 +64,7 @@ class TritonPythonModel:
         self.inputs = tensor_specs(self.config, "input")
         self.outputs = tensor_specs(self.config, "output")
         self._map_inputs()
+        self._check_types("input", self.inputs)
         self._map_outputs()
         # inputs are views of shared memory, which torch only reads here
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -108,12 +113,26 @@ class TritonPythonModel:
         if not self.outputs:
             raise ValueError("model configuration must contain at least one output, none "
                              "were specified.")
+        self._check_types("output", self.outputs)
         names = [o.name for o in self.outputs]
         if all(_index(n) is not None for n in names):
             self.output_index = {n: _index(n) for n in names}
         else:
             self.output_index = {n: i for i, n in enumerate(names)}
         self.output_types = {o.name: o.data_type.removeprefix("TYPE_") for o in self.outputs}
+
+    def _check_types(self, kind: str, specs) -> None:
+        """Triton's ValidateInputs / ValidateOutputs: each tensor's data type must be one
+        torch has (no unsigned type but UINT8, no BF16), and a TYPE_STRING tensor (a
+        List[str]) has one dimension, the batch dimension included."""
+        batching = int(self.config.get("max_batch_size", 0)) > 0
+        for spec in specs:
+            if spec.data_type not in _CONFIG_TYPES:
+                raise ValueError(f"unsupported datatype {spec.data_type} for {kind} "
+                                 f"'{spec.name}' for model '{self.name}'")
+            if spec.data_type == "TYPE_STRING" and len(spec.model_dims) + batching > 1:
+                raise ValueError("Triton only supports 1 dimensional List of String as "
+                                 f"{kind} for '{spec.name}' for model '{self.name}'")
 
     def _tensor(self, name: str, array: np.ndarray):
         if array.dtype == np.object_:  # BYTES: a List[str] argument

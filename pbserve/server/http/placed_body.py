@@ -5,9 +5,9 @@ The binary tensor extension puts a JSON header of `Inference-Header-Content-Leng
 bytes first, then the inputs back to back, each `binary_data_size` bytes, in the order
 of `inputs`. So once the header is in, the gatherer knows where each input's bytes go:
 into a block of its own from the core's InputPlacer, which the request then takes over
-(Model._copy_inputs) instead of copying the tensor into shm once more. One copy of a
-tensor's bytes in the parent, from the socket's chunk to shm, instead of three (into
-the body, out of it, into shm).
+(core/scheduling/admission.py `Admission._copy_inputs`) instead of copying the tensor
+into shm once more. One copy of a tensor's bytes in the parent, from the socket's chunk
+to shm, instead of three (into the body, out of it, into shm).
 
 A body whose header cannot be read, or whose sizes do not add up, is kept whole as any
 other body: the codec then gives Triton's error for it. What no request took goes back
