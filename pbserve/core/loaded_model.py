@@ -7,6 +7,7 @@ from typing import AsyncIterator
 from pbserve.core.ensemble.model import EnsembleModel
 from pbserve.core.model import Model
 from pbserve.core.memory.shared_memory import SharedMemoryManager
+from pbserve.core.output_labels import output_labels
 from pbserve.core.types import InferRequest, InferResponse
 
 
@@ -23,6 +24,13 @@ class LoadedModel:
 
     def expect(self) -> None:
         self._model.expect_request()
+
+    @property
+    def batched(self) -> bool:
+        return self._model.cfg.max_batch_size > 0
+
+    def output_labels(self, output: str) -> list[bytes] | None:
+        return output_labels(self._model, output)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if not request.uses_shm:

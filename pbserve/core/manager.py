@@ -59,9 +59,10 @@ from shm.pool import Pool, RegionMap
 log = logging.getLogger("pbserve.core")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-# Only what pbserve implements (Triton also lists classification and CUDA shared memory,
-# which pbserve refuses with a message saying so).
-EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "sequence",
+# Only what pbserve implements (Triton also lists CUDA shared memory, which pbserve
+# refuses with a message saying so); classification first, as Triton lists it.
+EXTENSIONS = ["classification", "model_repository", "schedule_policy",
+              "model_configuration", "sequence",
               "system_shared_memory", "statistics", "binary_tensor_data", "parameters",
               "generate", "logging", "trace"]
 

@@ -141,7 +141,7 @@ class PlaneCore:
         return None
 
     def model_handle(self, name: str, version: str = "") -> "PlaneModel":
-        return PlaneModel(self, self.is_decoupled(name, version))
+        return PlaneModel(self, name, version, self.is_decoupled(name, version))
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         policy = self._entry(name, version)["config"].get("model_transaction_policy") or {}
@@ -318,14 +318,35 @@ class PlaneCore:
 class PlaneModel:
     """A model some worker serves, resolved for one request (api.ModelHandle)."""
 
-    __slots__ = ("_plane", "decoupled")
+    __slots__ = ("_plane", "_name", "_version", "decoupled")
 
-    def __init__(self, plane: PlaneCore, decoupled: bool) -> None:
+    def __init__(self, plane: PlaneCore, name: str, version: str, decoupled: bool) -> None:
         self._plane = plane
+        self._name = name
+        self._version = version
         self.decoupled = decoupled
 
     def expect(self) -> None:
         """Nothing to get ready here: the model runs on a worker."""
+
+    @property
+    def batched(self) -> bool:
+        config = self._plane.model_config(self._name, self._version)
+        return int(config.get("max_batch_size") or 0) > 0
+
+    def output_labels(self, output: str) -> list[bytes] | None:
+        """A label file lies in the model's directory on its worker's host: not here.
+        (An ensemble's output labelled by its step's file is not known here: None.)"""
+        config = self._plane.model_config(self._name, self._version)
+        for io in config.get("output") or ():
+            if io.get("name") == output and io.get("label_filename"):
+                raise ServerError(
+                    ErrorCode.UNSUPPORTED,
+                    f"output '{output}' of model '{self._name}' has labels "
+                    f"('{io['label_filename']}'), which a frontend of the request plane "
+                    f"cannot read: they are in the model's directory on its worker. Ask "
+                    f"the worker's own HTTP or gRPC endpoint for its classification")
+        return None
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self._plane.infer(request)

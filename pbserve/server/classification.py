@@ -13,15 +13,22 @@ test_classification.py), and so this does, after the model answered:
   `nan`), integers in decimal; the index counts within the batch item.
 * the order is the values', highest first, as Triton's `std::sort` over the indices with
   `values[a] > values[b]` leaves it: for 16 elements or fewer (an insertion sort) equal
-  values keep their index order; beyond, equal values (and NaN) come in the order
-  libstdc++'s introsort leaves them, which `_std_sort` replays.
+  values keep their index order; beyond, equal values (and NaN, which compares false
+  both ways) come in the order libstdc++'s introsort leaves them, which `_std_sort`
+  replays step by step when ties or NaN decide the answer. Replaying is Python on the
+  event loop, so only for batch items of up to REPLAY_MAX elements; a larger one puts
+  equal values in index order and NaN last (Triton's order there is its sort's
+  accident; the values and the indices of distinct values are the same).
 * a label is line `index` of the output's `label_filename` (the model's directory), as
   the model handle gives it; an empty line is no label.
 * BYTES, BOOL, FP16 and BF16 outputs are refused (INVALID_ARG "class result not
   available for output due to unsupported type '<type>'": Triton 2.51 crashes on BYTES
   (a division by zero), later versions answer this); so is a batch item of more than a
   million elements ("classification output tensor too large", as later versions).
-* k is Triton's uint32: the low 32 bits of what the client sent.
+* k is Triton's uint32: the low 32 bits of what the client sent. Over HTTP, 0 asks for
+  the plain output; over gRPC, k <= 0 is refused (the codecs check what was sent).
+* an output of no elements gives shape [0] ([batch, 0]) and no strings (Triton 2.51's
+  server dies on it).
 
 The core's response keeps its other outputs; a classified output's new bytes live in
 process memory, and `release()` still gives back the model's blocks.
@@ -45,6 +52,9 @@ _NUMPY = {name: np.dtype(code) for name, code in {
     "INT8": "<i1", "INT16": "<i2", "INT32": "<i4", "INT64": "<i8",
     "FP32": "<f4", "FP64": "<f8"}.items()}
 MAX_ELEMENTS = 1_000_000  # per batch item (Triton's kMaxClassificationElements)
+# The largest batch item whose ties and NaN are placed by replaying Triton's sort
+# (about 10 ms of Python at this size, on the event loop); beyond, see `_top_indices`.
+REPLAY_MAX = 4096
 UINT32 = 0xFFFFFFFF
 _THRESHOLD = 16  # libstdc++'s _S_threshold
 
@@ -129,17 +139,48 @@ def _value_text(value: float | int, floating: bool) -> str:
 
 
 def _top_indices(values: np.ndarray, k: int) -> list[int]:
-    """The indices of the `k` highest of `values`, in the order Triton gives them."""
-    count = min(k, values.size)
+    """The indices of the `k` highest of `values`, in the order Triton gives them (past
+    REPLAY_MAX elements, equal values by index and NaN last)."""
+    size = values.size
+    count = min(k, size)
     if count == 0:
         return []
-    if values.dtype.kind == "f" and np.isnan(values).any():
+    nan = np.isnan(values) if values.dtype.kind == "f" else None
+    if nan is not None and nan.any():
+        if size <= REPLAY_MAX:
+            return _std_sort(values.tolist())[:count]
+        kept = np.flatnonzero(~nan)
+        order = kept[_highest(values[kept], count)[0]].tolist()
+        return order + np.flatnonzero(nan)[:count - len(order)].tolist()
+    order, tied = _highest(values, count)
+    if tied and size <= REPLAY_MAX:
         return _std_sort(values.tolist())[:count]
-    order = np.argsort(values, kind="stable")[::-1]
-    ranked = values[order[:count + 1]]
-    if (ranked[1:] == ranked[:-1]).any():  # a tie decides an index: the sort's own order
-        return _std_sort(values.tolist())[:count]
-    return order[:count].tolist()
+    return order.tolist()
+
+
+def _highest(values: np.ndarray, count: int) -> tuple[np.ndarray, bool]:
+    """The indices of the `count` highest of `values` (no NaN), highest first and equal
+    values by index, and whether equal values decide which come or in what order (then
+    any sort's order is as good: Triton's is its std::sort's)."""
+    size = values.size
+    count = min(count, size)
+    if count == 0:
+        return np.empty(0, np.intp), False
+    if count < size:
+        kth = np.partition(values, size - count)[size - count]  # the lowest one taken
+        above = np.flatnonzero(values > kth)
+        equal = np.flatnonzero(values == kth)
+        tied = equal.size > count - above.size
+        chosen = np.concatenate((above, equal[:count - above.size]))
+    else:
+        chosen, tied = np.arange(size), False
+    # highest first, equal values keeping their order: a stable sort of the reversal
+    last = chosen.size - 1
+    order = chosen[(last - np.argsort(values[chosen][::-1], kind="stable"))[::-1]]
+    if not tied:
+        ranked = values[order]
+        tied = bool((ranked[1:] == ranked[:-1]).any())
+    return order, tied
 
 
 def _std_sort(values: list) -> list[int]:
@@ -168,9 +209,12 @@ def _std_sort(values: list) -> list[int]:
         idx[result], idx[pick] = idx[pick], idx[result]
 
     def unguarded_partition(first: int, last: int, pivot: int) -> int:
+        # unguarded in C++ too: the pivot stops the scan down (no value is greater
+        # than itself); `end` keeps a scan up past NaN's non-order inside the list
         p = idx[pivot]
+        end = last
         while True:
-            while comp(idx[first], p):
+            while first < end and comp(idx[first], p):
                 first += 1
             last -= 1
             while comp(p, idx[last]):

@@ -16,11 +16,15 @@ the two, `UnaryInfer.start` takes every request the same way (docs/architecture.
    names the endpoint);
 4. the frontend's `decode` turns what it parsed into the core's InferRequest;
 5. the trace context the frontend read is set on it;
-6. the model is asked to run it.
+6. the model is asked to run it; outputs the request asked for as classifications
+   (Triton's classification extension, server/classification.py) are classified in its
+   response.
 
 `start` is a plain call that returns the model's awaitable: the frontend awaits it in its
-own coroutine, so sharing the path costs a call per request, not a coroutine layer.
-Errors of steps 1-5 raise from `start`; the model's own come back as `response.error`.
+own coroutine, so sharing the path costs a call per request, not a coroutine layer (a
+request asking for a classification has one: the classifying). Errors of steps 1-5
+raise from `start`; the model's own, and a classification's, come back as
+`response.error`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any, ClassVar
 from pbserve.core.api import InferenceCore
 from pbserve.core.types import InferRequest, InferResponse
 from pbserve.errors import ErrorCode, ServerError
+from pbserve.server.classification import classified
 
 
 class UnaryInfer:
@@ -50,7 +55,9 @@ class UnaryInfer:
         """The core's request of what the frontend parsed (`message`; `contents`: its
         tensor bytes as the frontend holds them; `placed`: where they lie in the core's
         pool when the frontend gathered them there apart from `message`, else None),
-        and what the frontend needs to encode its response (HTTP's OutputPlan)."""
+        and what the frontend needs to encode its response (HTTP's OutputPlan; gRPC's
+        RequestOptions), whose `classes` names the outputs to classify (name -> k) or
+        is None."""
         raise NotImplementedError
 
     def start(self, model: str, version: str, message: Any, contents: Any, placed: Any,
@@ -64,4 +71,7 @@ class UnaryInfer:
             raise ServerError(ErrorCode.UNSUPPORTED, self.decoupled_message)
         request, reply_plan = self.decode(model, version, message, contents, placed)
         request.trace_headers = trace_headers
+        classes = reply_plan.classes
+        if classes is not None:
+            return classified(served.infer(request), served, classes), reply_plan
         return served.infer(request), reply_plan

@@ -117,6 +117,10 @@ class EnsembleModel:
             except ServerError:
                 pass
 
+    def step_model(self, name: str, version: str = "") -> StepModel:
+        """The loaded model a step named `name` calls now (NOT_FOUND if none)."""
+        return self._find_model(name, version)
+
     # -- requests ---------------------------------------------------------------------
     async def infer(self, request: InferRequest, descs: tuple | None = None) -> InferResponse:
         if self.decoupled:

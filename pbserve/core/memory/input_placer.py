@@ -11,7 +11,7 @@ A request that waits for an instance keeps its placed blocks untaken until dispa
 (it `park`s them: taken then without a copy), so placed blocks are what uploads and
 queues hold of /dev/shm. Both are bounded, so that the requests that run always find
 room for their outputs however many wait (a 64 MiB /dev/shm, docker's default, with
-eight 16 MiB requests in flight: tests/test_small_shm.py): `place` declines unless half
+eight 16 MiB requests in flight: tests/core/test_small_shm.py): `place` declines unless half
 of /dev/shm stays free after it, and the frontend gathers in process memory instead
 (copied into shm when dispatched, as before); and when /dev/shm runs short (ShmUpkeep.relieve),
 `relieve` moves every waiting request's tensors out to process memory and places

@@ -9,11 +9,13 @@ SetInferenceRequestMetadata: `sequence_id`, `sequence_start`, `sequence_end`,
 is the only `triton_` key allowed (a stream option), every other key is passed on
 with its Python type. An input or output whose parameters name a client's shared-memory
 region (grpc/shm.py) carries no data here: the stub reads it there or writes it there.
+An output whose parameters ask for `classification` (an int64_param > 0, as Triton) is
+classified once the model answered (server/classification.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
@@ -28,17 +30,32 @@ from pbserve.core.types import (
 )
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 from pbserve.server.buffers import byte_view
+from pbserve.server.classification import UINT32
 from pbserve.server.grpc.shm import tensor_shm
 from pbserve.server.grpc.wire import infer_response_parts
 
-__all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "decode_infer_request", "encode_infer_response",
-           "encode_infer_response_bytes", "model_version", "status_code", "status_message"]
+__all__ = ["EMPTY_FINAL_KEY", "FINAL_KEY", "RequestOptions", "decode_infer_request",
+           "encode_infer_response", "encode_infer_response_bytes", "model_version",
+           "status_code", "status_message"]
 
 FINAL_KEY = "triton_final_response"
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
 _UINT64 = (1 << 64) - 1
 
 InputTensor = pb.ModelInferRequest.InferInputTensor
+
+
+class RequestOptions(NamedTuple):
+    """What a request asks of its responses beyond the core's request: empty final
+    responses (`triton_enable_empty_final_response`, streams), and the outputs to
+    classify (name -> k), or None."""
+
+    empty_final: bool
+    classes: dict[str, int] | None
+
+
+_PLAIN = RequestOptions(False, None)
+_EMPTY_FINAL = RequestOptions(True, None)
 
 # contents field -> (the datatypes it may carry, little-endian numpy dtype per datatype).
 # As Triton: int_contents carries INT8/INT16/INT32 (each element truncated to the
@@ -108,8 +125,8 @@ def model_version(text: str) -> str:
 
 def decode_infer_request(request: pb.ModelInferRequest, version: str,
                          raw: list[Any] | None = None, placed: list[Any] | None = None
-                         ) -> tuple[InferRequest, bool]:
-    """The core's request, and whether the client asked for empty final responses.
+                         ) -> tuple[InferRequest, RequestOptions]:
+    """The core's request, and what it asks of its responses (RequestOptions).
     `raw`: the raw input contents when they were split off the message (grpc/wire.py);
     by default the message's `raw_input_contents`. `placed[i]`: where raw[i] lives in
     the parent's pool, or None (grpc/wire.py SplitRequest)."""
@@ -153,10 +170,20 @@ def decode_infer_request(request: pb.ModelInferRequest, version: str,
             raise invalid_arg(f"unable to find data for input tensor '{tensor.name}' for "
                               f"model '{model}' in request.")
         inputs.append(TensorData(tensor.name, tensor.datatype, tuple(tensor.shape), data))
+    classes: dict[str, int] | None = None
     if request.outputs:
-        infer_request.requested_outputs = [_requested_output(infer_request, o, model)
-                                           for o in request.outputs]
-    return infer_request, empty_final
+        names = infer_request.requested_outputs = []
+        for output in request.outputs:
+            names.append(output.name)
+            if output.parameters:
+                count = _output_parameters(infer_request, output)
+                if count is not None:
+                    if classes is None:
+                        classes = {}
+                    classes[output.name] = count
+    if classes is not None:
+        return infer_request, RequestOptions(empty_final, classes)
+    return infer_request, _EMPTY_FINAL if empty_final else _PLAIN
 
 
 def contents_to_raw(tensor: InputTensor, model: str) -> bytes:
@@ -189,23 +216,31 @@ def contents_to_raw(tensor: InputTensor, model: str) -> bytes:
     return data
 
 
-def _requested_output(request: InferRequest,
-                      output: pb.ModelInferRequest.InferRequestedOutputTensor,
-                      model: str) -> str:
-    if output.parameters:
-        shm = tensor_shm(output)
-        if "classification" in output.parameters:
-            if shm is not None:
-                raise invalid_arg("output can't set both 'shared_memory_region' and "
-                                  "'classification'")
-            raise invalid_arg(f"output '{output.name}' for model '{model}': "
-                              f"classification outputs are not supported by pbserve")
+def _output_parameters(request: InferRequest,
+                       output: pb.ModelInferRequest.InferRequestedOutputTensor
+                       ) -> int | None:
+    """A requested output's shared-memory region (set on `request`) and its
+    classification's k (None: not asked for), checked as Triton checks them."""
+    shm = tensor_shm(output)
+    count = None
+    param = output.parameters.get("classification")
+    if param is not None:
+        if param.WhichOneof("parameter_choice") != "int64_param":
+            raise invalid_arg("invalid value type for 'classification' parameter, "
+                              "expected int64_param")
+        if param.int64_param <= 0:
+            raise invalid_arg("invalid value for 'classification' parameter, "
+                              "expected >= 0")
         if shm is not None:
-            if request.output_shm is None:
-                request.output_shm = {}
-            request.output_shm[output.name] = shm
-            request.uses_shm = True
-    return output.name
+            raise invalid_arg("output can't set both 'shared_memory_region' and "
+                              "'classification'")
+        count = param.int64_param & UINT32  # Triton keeps a uint32 (0: none listed)
+    if shm is not None:
+        if request.output_shm is None:
+            request.output_shm = {}
+        request.output_shm[output.name] = shm
+        request.uses_shm = True
+    return count
 
 
 def _apply_parameters(request: InferRequest, params: Any) -> bool:

@@ -34,6 +34,7 @@ from pbserve.server.error_log import ErrorLog
 from pbserve.server import request_log, statistics, trace_context
 from pbserve.server.inference import UnaryInfer
 from pbserve.server.grpc.codec import (
+    RequestOptions,
     decode_infer_request,
     encode_infer_response_bytes,
     encode_response_header,
@@ -62,7 +63,7 @@ class _ModelInfer(UnaryInfer):
 
     def decode(self, model: str, version: str, message: pb.ModelInferRequest,
                contents: list[Any] | None, placed: list[Any] | None
-               ) -> tuple[InferRequest, bool]:
+               ) -> tuple[InferRequest, RequestOptions]:
         return decode_infer_request(message, version, contents, placed)
 
 

@@ -10,6 +10,8 @@ allows one write at a time). What Triton's stream handler does, and so this does
   (empty) only when the request set `triton_enable_empty_final_response`;
 * an error is a response with `error_message` (and the request id); the call stays
   open for the other requests;
+* outputs asked for as classifications are classified in each response
+  (server/classification.py);
 * when the client half-closes, the requests in flight finish, then the call ends OK;
 * a message that does not parse ends the call INVALID_ARGUMENT (a failure to read the
   stream, INTERNAL): what the client sent cannot be trusted to mean what it said;
@@ -38,8 +40,10 @@ from pbserve.core.types import InferRequest, InferResponse
 from pbserve.errors import ServerError, internal
 from pbserve.server.error_log import ErrorLog, error_of
 from pbserve.server import trace_context
+from pbserve.server.classification import classify
 from pbserve.server.grpc.codec import (
     FINAL_KEY,
+    RequestOptions,
     decode_infer_request,
     encode_infer_response,
     model_version,
@@ -141,20 +145,21 @@ class StreamSession:
         try:
             version = model_version(request.model_version)
             served = self._core.model_handle(request.model_name, version)
-            infer_request, empty_final = decode_infer_request(request, version)
+            infer_request, options = decode_infer_request(request, version)
             infer_request.trace_headers = self._trace_headers
         except Exception as exc:  # noqa: BLE001 - becomes this request's error response
-            served, infer_request, empty_final, error = None, None, False, exc
+            served, infer_request, options, error = None, None, None, exc
         else:
             error = None
         if served is not None and served.decoupled:
-            assert infer_request is not None
-            coro = self._serve_decoupled(request, served, infer_request, empty_final)
+            assert infer_request is not None and options is not None
+            coro = self._serve_decoupled(request, served, infer_request, options)
         else:
             previous = self._ordered_tail
             mine = self._ordered_tail = asyncio.get_running_loop().create_future()
-            coro = self._serve_ordered(request, served, infer_request, error, previous,
-                                       mine)
+            classes = options.classes if options is not None else None
+            coro = self._serve_ordered(request, served, infer_request, classes, error,
+                                       previous, mine)
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
@@ -178,14 +183,16 @@ class StreamSession:
             self._outbox.put_nowait(_END)
 
     async def _serve_ordered(self, request: pb.ModelInferRequest, served: ModelHandle | None,
-                             infer_request: InferRequest | None, error: Exception | None,
+                             infer_request: InferRequest | None,
+                             classes: dict[str, int] | None, error: Exception | None,
                              previous: asyncio.Future | None, mine: asyncio.Future) -> None:
         try:
             if served is None or infer_request is None:
                 failure = error_of(error)  # type: ignore[arg-type]
                 message = refused_message(request, failure)
             else:
-                message, failure = await self._infer(request, served, infer_request)
+                message, failure = await self._infer(request, served, infer_request,
+                                                     classes)
             if previous is not None and not previous.done():
                 await previous
             if failure is not None and self._grpc_error:
@@ -197,12 +204,14 @@ class StreamSession:
                 mine.set_result(None)
 
     async def _infer(self, request: pb.ModelInferRequest, served: ModelHandle,
-                     infer_request: InferRequest
+                     infer_request: InferRequest, classes: dict[str, int] | None
                      ) -> tuple[pb.ModelStreamInferResponse, ServerError | None]:
         """The response message, and the error it carries (None when it is data)."""
         try:
             response = await served.infer(infer_request)
             try:
+                if classes is not None:
+                    response = classify(response, served, classes)
                 return response_message(request, response), response.error
             finally:
                 response.release()
@@ -211,14 +220,17 @@ class StreamSession:
             return refused_message(request, failure), failure
 
     async def _serve_decoupled(self, request: pb.ModelInferRequest, served: ModelHandle,
-                               infer_request: InferRequest, empty_final: bool) -> None:
+                               infer_request: InferRequest, options: RequestOptions) -> None:
         put = self._outbox.put_nowait
+        classes = options.classes
         try:
             async with aclosing(served.stream_infer(infer_request)) as responses:
                 async for response in responses:
                     try:
+                        if classes is not None:
+                            response = classify(response, served, classes)
                         if is_flag_only(response):
-                            if empty_final:
+                            if options.empty_final:
                                 put(empty_final_message(request))
                         elif response.error is not None and self._grpc_error:
                             self._end(response.error)

@@ -13,7 +13,8 @@ Where Triton's behaviour is not the only sensible one, these choices are made:
   for outputs JSON cannot carry exactly: non-finite floats and non-UTF-8 BYTES.
 * FP16 inputs are accepted as JSON numbers (Triton refuses them).
 * A JSON `data` list whose element count does not match the shape is 400 (Triton: 500).
-* A shared-memory parameter of the wrong JSON type is 400 (Triton: 500).
+* A shared-memory or `classification` parameter of the wrong JSON type is 400
+  (Triton: 500).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pbserve.core.types import (
 from pbserve.errors import MalformedRequest, internal, invalid_arg
 from pbserve.server import jsonio
 from pbserve.server.buffers import byte_view, nbytes
+from pbserve.server.classification import UINT32, class_count_error
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(t).newbyteorder("<") for name, t in {
@@ -52,13 +54,16 @@ _RESERVED = frozenset(("sequence_id", "sequence_start", "sequence_end", "priorit
 
 class OutputPlan:
     """How each output goes back: binary or JSON, by name, with the default for outputs
-    the request did not list (`binary_data_output`)."""
+    the request did not list (`binary_data_output`); `classes`: the outputs asked for as
+    classifications (name -> k, server/classification.py), or None."""
 
-    __slots__ = ("binary", "default_binary")
+    __slots__ = ("binary", "default_binary", "classes")
 
-    def __init__(self, binary: dict[str, bool], default_binary: bool) -> None:
+    def __init__(self, binary: dict[str, bool], default_binary: bool,
+                 classes: dict[str, int] | None = None) -> None:
         self.binary = binary
         self.default_binary = default_binary
+        self.classes = classes
 
     def is_binary(self, name: str) -> bool:
         return self.binary.get(name, self.default_binary)
@@ -99,8 +104,8 @@ def decode_infer_request(model: str, version: str, header: Any,
     if offset != len(binary):
         raise invalid_arg(f"unexpected additional input data for model '{model}'")
     default_binary = _apply_parameters(request, header.get("parameters"))
-    plan = OutputPlan(_decode_outputs(request, header.get("outputs")), default_binary)
-    return request, plan
+    binary, classes = _decode_outputs(request, header.get("outputs"))
+    return request, OutputPlan(binary, default_binary, classes)
 
 
 def _decode_input(model: str, item: Any, binary: memoryview | list[tuple[memoryview, Any]],
@@ -173,12 +178,16 @@ def unsigned_field(values: dict[str, Any], key: str) -> int:
     return value
 
 
-def _decode_outputs(request: InferRequest, outputs: Any) -> dict[str, bool]:
+def _decode_outputs(request: InferRequest, outputs: Any
+                    ) -> tuple[dict[str, bool], dict[str, int] | None]:
+    """The outputs listed: binary or JSON by name, and those asked for as
+    classifications (name -> k), or None."""
     if outputs is None:
-        return {}
+        return {}, None
     if not isinstance(outputs, list):
         raise invalid_arg("Unable to parse 'outputs': expected an array")
     binary: dict[str, bool] = {}
+    classes: dict[str, int] | None = None
     for item in outputs:
         name = item.get("name") if isinstance(item, dict) else None
         if not isinstance(name, str):
@@ -198,14 +207,19 @@ def _decode_outputs(request: InferRequest, outputs: Any) -> dict[str, bool]:
                 request.output_shm = {}
             request.output_shm[name] = tensor_shm(params)
             request.uses_shm = True
-        elif params.get("classification"):
-            raise invalid_arg(f"output '{name}': classification outputs are not supported "
-                              "by pbserve")
+        elif "classification" in params:
+            count = params["classification"]
+            if type(count) is not int or not 0 <= count < 1 << 64:
+                raise class_count_error()
+            if count & UINT32:  # Triton keeps a uint32; 0 asks for the plain output
+                if classes is None:
+                    classes = {}
+                classes[name] = count & UINT32
         if type(flag) is not bool:
             raise invalid_arg(f"Unable to parse 'binary_data' of output '{name}'")
         binary[name] = flag
     request.requested_outputs = list(binary)
-    return binary
+    return binary, classes
 
 
 def _apply_parameters(request: InferRequest, params: Any) -> bool:

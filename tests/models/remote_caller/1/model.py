@@ -1,4 +1,4 @@
-"""BLS calls to models another worker serves (tests/test_distributed.py).
+"""BLS calls to models another worker serves (tests/distributed/test_distributed.py).
 
 MODE picks the call: "sync" (exec) and "async" (async_exec) ask add_sub for X + X;
 "decoupled" streams repeat over X; "cancel" cancels a long repeat stream after its first
