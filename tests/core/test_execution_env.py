@@ -16,3 +16,13 @@ def test_a_damaged_archive_is_an_invalid_arg_naming_it(tmp_path, content):
         unpacked(archive)
     assert err.value.code == ErrorCode.INVALID_ARG
     assert "env.tar.gz" in err.value.message
+
+
+def test_an_environment_without_its_interpreter_is_an_invalid_arg_naming_it(tmp_path):
+    from pbserve.core.repository.env_check import check_stub_packages
+
+    python = tmp_path / "env" / "bin" / "python3"
+    with pytest.raises(ServerError) as err:
+        check_stub_packages(str(python), str(tmp_path / "env"), "m")
+    assert err.value.code == ErrorCode.INVALID_ARG
+    assert f"cannot run its Python '{python}'" in err.value.message

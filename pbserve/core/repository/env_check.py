@@ -102,5 +102,8 @@ def _ask(python: str, env: str, model: str) -> dict:
 def _identity(python: str) -> tuple:
     """The interpreter file as it is now (a replaced one is checked again)."""
     real = os.path.realpath(python)
-    stat = os.stat(real)
+    try:
+        stat = os.stat(real)
+    except OSError:  # no interpreter there: never passed, and `_ask` says so
+        return python, real
     return python, real, stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size
