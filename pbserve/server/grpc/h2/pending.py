@@ -2,7 +2,10 @@
 bounded per connection and per server. A connection past either bound stops reading
 (asyncio's pause_reading): zttp then credits no more of the client's HTTP/2 window and
 the socket's buffers fill, so the client's sends block. It reads again once its own
-count and the server's are back to half their bounds.
+count and the server's are back to half their bounds. Paused connections are resumed
+in the order they were paused: a resumed one reads what it holds at once and may take
+the server past its bound again, so the longest waiting goes first, and a connection
+that keeps the server busy waits behind the others (none is starved).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class PendingRequests:
         self.count = 0
         self._counts: dict[Reader, int] = {}
         self._readers: set[Reader] = set()
-        self._paused: set[Reader] = set()
+        self._paused: dict[Reader, None] = {}  # in the order they were paused
         self._over = False  # the server reached `total`: reading resumes at half of it
 
     def of(self, reader: Reader) -> int:
@@ -72,22 +75,23 @@ class PendingRequests:
         """`reader` is closed: its requests no longer count, and it is never resumed."""
         self.count -= self._counts.pop(reader, 0)
         self._readers.discard(reader)
-        self._paused.discard(reader)
+        self._paused.pop(reader, None)
         if self._over and self.count <= self.total // 2:
             self._over = False
             self._resume(list(self._paused))
 
     def _resume(self, readers: list[Reader]) -> None:
-        """Resume those of `readers` back under their own bound. A resumed reader reads
-        at once, and may take the server past its bound again: then the rest wait."""
+        """Resume those of `readers` back under their own bound, in their order. A
+        resumed reader reads at once, and may take the server past its bound again: then
+        the rest wait (first in line next time)."""
         for paused in readers:
             if self._over:
                 return
             if paused in self._paused and self.of(paused) <= self.per_connection // 2:
-                self._paused.discard(paused)
+                del self._paused[paused]
                 paused.resume_reading()
 
     def _pause(self, reader: Reader) -> None:
         if reader not in self._paused:
-            self._paused.add(reader)
+            self._paused[reader] = None
             reader.pause_reading()
