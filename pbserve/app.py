@@ -168,8 +168,9 @@ async def _serve(options: ServerOptions, repositories: CloudRepositories,
     signals = ShutdownSignals(asyncio.get_running_loop(),
                               shutdown_deadline(options.exit_timeout_s))
     signals.install()
-    if manager is not None and (error := unknown_debugged_model(
-            options.core.model_debug, manager.repository_models())):
+    debug = options.core.model_debug
+    if manager is not None and debug.model and (error := unknown_debugged_model(
+            debug, manager.repository_models())):  # a scan only with --model-debug
         log.error("%s", error)
         return 1
     servers: list[Frontend] = []

@@ -75,20 +75,21 @@ def _kill_descendants() -> list[int]:
     """SIGKILL every descendant of this process, parents first (a zygote cannot fork a
     stub once it is gone); their pids."""
     killed: list[int] = []
-    todo = _children(os.getpid())
+    todo = children(os.getpid())
     while todo:
         pid = todo.pop(0)
-        children = _children(pid)  # read before the kill: a dead parent's are reparented
+        kids = children(pid)  # read before the kill: a dead parent's are reparented
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
         killed.append(pid)
-        todo += children
+        todo += kids
     return killed
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The pids of `pid`'s children (those of every thread of it), from /proc."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")

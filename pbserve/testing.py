@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from pbserve.exit_signals import children
+
 
 def free_ports(count: int) -> list[int]:
     """`count` distinct free ports: every socket stays bound until all are chosen (one
@@ -39,21 +41,13 @@ def stub_pids(server_pid: int) -> list[int]:
     """The pids of a server's stubs: its children running `python -m stub`, and those of
     its stub zygotes (stub/zygote.py), whose children they are by default."""
     found = []
-    for pid in _children(server_pid):
+    for pid in children(server_pid):
         command = _command_line(pid)
         if b"\0-m\0stub.zygote\0" in command:
-            found += [p for p in _children(pid) if b"\0-m\0stub\0" in _command_line(p)]
+            found += [p for p in children(pid) if b"\0-m\0stub\0" in _command_line(p)]
         elif b"\0-m\0stub\0" in command:
             found.append(pid)
     return found
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
 
 
 def _command_line(pid: int) -> bytes:

@@ -109,7 +109,6 @@ class ModelManager:
         each load request."""
         self.repositories = [Path(r).resolve() for r in repositories]
         self.options = options
-        self.control_mode = options.control_mode
         self.config_sources = config_sources or ConfigSources()
         self.response_cache = ResponseCache(options.response_cache_bytes) \
             if options.response_cache_bytes else None
@@ -202,7 +201,7 @@ class ModelManager:
             entry.failed = True
             entry.reason = "failed to poll from model repository: model is not unique"
         startup = self.options.startup_models
-        if self.control_mode != "explicit" or "*" in startup:
+        if self.options.control_mode != "explicit" or "*" in startup:
             return list(scanned.models)
         return list(dict.fromkeys(k for n in startup
                                   for k in self._ns.keys_of(n, scanned.models) or [n]))
@@ -388,7 +387,7 @@ class ModelManager:
     # -- InferenceCore: repository control -----------------------------------------------
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
-        check_explicit(self.control_mode)
+        check_explicit(self.options.control_mode)
         if self._refresh is not None:
             await self._refresh()
         places = [] if files else self._ns.keys_of(name, self._scan().models)
@@ -412,7 +411,7 @@ class ModelManager:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload `name`; with `unload_dependents`, an ensemble's composing models go too
         (those that no other loaded ensemble calls)."""
-        check_explicit(self.control_mode)
+        check_explicit(self.options.control_mode)
         places = self._ns.keys_of(name, self._entries)
         if places and places != [name]:  # --model-namespacing: every place of the name
             for key in places:

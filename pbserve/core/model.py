@@ -77,16 +77,13 @@ class Model:
         self.decoupled = is_decoupled(cfg)
         self.stats = ModelStats(name, self.version)
         self._accounting = ModelAccounting(self.stats, services.on_request_done)
-        self._model_services = services
-        self._services = services.instances
-        self._on_request_done = services.on_request_done  # after each final response
+        self._services = services
         self._python: str | None = None  # EXECUTION_ENV_PATH's interpreter
         self._log = logging.getLogger(f"pbserve.model.{name}")
         self._admission: Admission | None = None  # made from the completed config
         self.scheduler: Scheduler | SequenceBatcher | None = None  # the admission's
         self.instances: list[ModelInstance] = []
         self._outage = Outage(name, services.restart_wait_s, self._fail_queued)
-        self._server_cache = services.cache
         self._cache: ResponseCache | None = None  # the server's, if the config enables it
         self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
@@ -101,7 +98,7 @@ class Model:
         if self.cfg.backend == PYTHON_BACKEND:
             return ""
         found = find_backend_model(self.cfg.backend, self.model_dir, self.version,
-                                   self._model_services.backend_directory)
+                                   self._services.backend_directory)
         return str(found) if found is not None else ""
 
     async def not_ready_reason(self) -> str | None:
@@ -153,7 +150,7 @@ class Model:
         """The instances of every group, not started. The first one runs auto-complete,
         so the scheduler is made later, from the completed config (`_set_config`)."""
         backend_path = self.backend_path
-        debug = self._model_services.debug
+        debug = self._services.debug
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
             # As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
@@ -173,7 +170,7 @@ class Model:
                 spec = InstanceSpec(self.name, self.version, instance_name,
                                     str(self.model_path), args, self._python,
                                     backend_path, debug.stub_args(self.name))
-                instance = ModelInstance(spec, self._services, self, self._accounting,
+                instance = ModelInstance(spec, self._services.instances, self, self._accounting,
                                          self._log)
                 self.instances.append(instance)
                 self._limit(instance, group, device)
@@ -186,7 +183,7 @@ class Model:
                device: int) -> None:
         """Under --rate-limit execution_count, the instance's place in the rate limiter
         (its group's rate_limiter config); Triton's load error if it cannot work."""
-        limiter = self._model_services.limiter
+        limiter = self._services.limiter
         if limiter is None or not group.HasField("rate_limiter"):
             return
         config = group.rate_limiter
@@ -199,7 +196,7 @@ class Model:
             raise
 
     def _unlimit(self) -> None:
-        limiter = self._model_services.limiter
+        limiter = self._services.limiter
         for instance in self.instances:
             if instance.limit is not None and limiter is not None:
                 limiter.remove(instance.limit)
@@ -211,10 +208,10 @@ class Model:
         self.cfg = cfg
         self.decoupled = is_decoupled(cfg)
         # (decoupled and sequence-batched models cannot enable it: config_checks.py)
-        self._cache = self._server_cache if cfg.response_cache.enable else None
+        self._cache = self._services.cache if cfg.response_cache.enable else None
         self.stats.cache_enabled = self._cache is not None
         self._admission = Admission(self.name, self.version, cfg, self.stats,
-                                    self._model_services.refs, self._outage)
+                                    self._services.refs, self._outage)
         self.scheduler = scheduler = self._admission.scheduler
         scheduler.instances = self.instances
         config_json = config_to_json(cfg)
@@ -294,8 +291,9 @@ class Model:
         response = await infer_cached(cache, self.stats, self.name, self.version, request,
                                       requested, lambda: self._infer(request, None),
                                       self._cache_load)
-        if self._on_request_done is not None:  # a hit, too, keeps the loop turning a while
-            self._on_request_done()
+        done = self._services.on_request_done
+        if done is not None:  # a hit, too, keeps the loop turning a while
+            done()
         return response
 
     async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
