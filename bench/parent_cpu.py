@@ -3,6 +3,7 @@ how long it waited for a CPU, under perf_analyzer load: the parent's thread is w
 64 B c=8 and batch rows of vs.py are bound by (docs/performance.md).
 
     python bench/parent_cpu.py [--model identity_fp32] [--protocol http] [--concurrency 8]
+    python bench/parent_cpu.py --server 'pbserve --frontend-processes 2'   # core + frontends
 
 Starts pbserve on ../shared/perf/anchor_models, drives the model with perf_analyzer, and
 reads each thread's /proc/PID/task/TID/schedstat (CPU time, time runnable but waiting for
@@ -30,6 +31,8 @@ def _threads(pids: list[int]) -> dict[tuple[int, int], tuple[str, int, int, int]
         try:
             name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             label = next((a.decode() for a in name if a.endswith(b"_0_0")), "parent")
+            if b"pbserve.cli.frontend_process" in name:  # --frontend-processes N
+                label = f"frontend {pid}"
             for tid in os.listdir(f"/proc/{pid}/task"):
                 task = f"/proc/{pid}/task/{tid}"
                 cpu, wait, _ = (int(x) for x in Path(f"{task}/schedstat").read_text().split())

@@ -23,11 +23,9 @@ from pbserve.core.repository.repository import check_repositories
 from pbserve.errors import ServerError
 from pbserve.exit_signals import ShutdownSignals
 from pbserve.options import ServerOptions
-from pbserve.server.options import FrontendOptions
 from pbserve.server.endpoints import Endpoints
-from pbserve.server.grpc.server import start_grpc_server
-from pbserve.server.http.server import start_http_server, start_metrics_server
 from pbserve.server.listener import BindError
+from pbserve.server.start import start_servers
 from pbserve.shutdown import Frontend, shut_down, shutdown_deadline
 
 if TYPE_CHECKING:  # the plane imports nats: only with --request-plane
@@ -104,30 +102,6 @@ async def join_plane(options: ServerOptions, manager: ModelManager | None) -> No
         return None
 
 
-async def start_servers(core: InferenceCore, options: FrontendOptions,
-                        servers: list[Frontend], endpoints: Endpoints) -> None:
-    """Start the HTTP, gRPC and metrics servers the --allow-* flags ask for on the
-    sockets `endpoints` bound, each added to `servers` once started (what started is
-    stopped even if a later one fails)."""
-    http, grpc, metrics = options.http, options.grpc, options.metrics
-    if endpoints.http is not None:
-        servers.append(await start_http_server(core, http.address, http.port,
-                                               options.http_limits, options.http_tls,
-                                               options.http_restricted, endpoints.http))
-        log.info("Started HTTPService at %s:%d", http.address, http.port)
-    if endpoints.grpc is not None:
-        servers.append(await start_grpc_server(core, grpc.address, grpc.port,
-                                               options.max_input_size, options.grpc_tls,
-                                               options.grpc_restricted,
-                                               options.grpc_transport, options.grpc_limits,
-                                               endpoints.grpc))
-        log.info("Started GRPCInferenceService at %s:%d", grpc.address, grpc.port)
-    if endpoints.metrics is not None:
-        servers.append(await start_metrics_server(core, metrics.address, metrics.port,
-                                                  options.http_limits, endpoints.metrics))
-        log.info("Started Metrics Service at %s:%d", metrics.address, metrics.port)
-
-
 async def serve(options: ServerOptions) -> int:
     """Start everything, wait for a signal, stop in order: a worker leaves the plane
     first (no new requests), then the servers and the models (shutdown.py), then the
@@ -188,6 +162,12 @@ async def _serve(options: ServerOptions, repositories: CloudRepositories,
                 return 1
             core = node.core  # a worker's: its models, and the plane's for the others
         assert core is not None
+        if options.frontend_processes > 1:  # HTTP and gRPC in processes of their own
+            assert manager is not None
+            from pbserve.frontends.start import start as start_frontends
+            servers.append(await start_frontends(options.frontend_processes, core, manager,
+                                                 endpoints, options.command_line))
+            endpoints = Endpoints(metrics=endpoints.metrics)  # the core keeps /metrics
         try:
             await start_servers(core, options.frontends, servers, endpoints)
         except OSError as exc:  # grpcio binds by itself (grpc/server.py)

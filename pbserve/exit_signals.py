@@ -39,8 +39,8 @@ class ShutdownSignals:
         self._deadline_s = deadline_s
         self._watchdog: threading.Timer | None = None
 
-    def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+    def install(self, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
+        for sig in signals:
             self._loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _on_signal(self, sig: int) -> None:

@@ -40,3 +40,5 @@ class ServerOptions:
     plane: PlaneOptions | None = None  # None: no --request-plane
     exit_timeout_s: float = 30.0  # --exit-timeout-secs
     exit_on_error: bool = True  # --exit-on-error
+    frontend_processes: int = 1  # --frontend-processes (1: HTTP and gRPC in this process)
+    command_line: tuple[str, ...] = ()  # the flags, as frontend processes parse them

@@ -8,6 +8,7 @@ pbserve/app.py.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from pbserve.app import run
 from pbserve.cli.ignored_flags import warn_ignored
@@ -22,6 +23,7 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     """Parse and check the flags, set up logging and tracing, serve until a signal; the
     exit status (2 and argparse's message for flags that do not parse or fit together)."""
+    argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
     check_flags(parser, args)
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    options = server_options(args)  # SystemExit naming a wrong flag
+    # frontend processes parse the same flags
+    options = replace(server_options(args), command_line=tuple(argv))  # SystemExit
     warn_ignored(args)
     return run(options)

@@ -231,6 +231,10 @@ def _pbserve_flags(flags: Flags) -> None:
         help="how long requests queued for a model whose every instance is down (its "
              "stub died, restarts fail) wait for one to come back before they fail with "
              "UNAVAILABLE; new requests are then refused until one is back")
+    add("--frontend-processes", type=int, default=1, metavar="N",
+        help="N >= 2 parses and answers HTTP and gRPC in N processes of their own, in "
+             "front of this one, which keeps the models (docs/frontend_processes.md); 1 "
+             "serves them in this process")
     add("--stub-zygote", **BOOL, default=True,
         help="true forks each stub from a zygote process that imported numpy and the "
              "model API once (fast, shares that memory); false starts each as its own "
@@ -261,6 +265,13 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.model_debug and not args.model_debug_port and not sys.stdin.isatty():
         parser.error("--model-debug needs pbserve in the foreground of a terminal "
                      "(its stdin is not one), or --model-debug-port")
+    if args.frontend_processes < 1:
+        parser.error("--frontend-processes must be at least 1")
+    if args.frontend_processes > 1 and not args.model_repository:
+        parser.error("--frontend-processes needs --model-repository (the core's models)")
+    if args.frontend_processes > 1 and args.allow_grpc and args.grpc_transport != "zttp":
+        parser.error("--frontend-processes above 1 needs --grpc-transport zttp (grpcio "
+                     "binds its port by itself)")
     if args.plane_inline_max_bytes < 0 or args.data_plane_ttl_secs <= 0:
         parser.error("--plane-inline-max-bytes must be >= 0 and --data-plane-ttl-secs > 0")
     port = args.data_plane_address.rpartition(":")[2] if ":" in args.data_plane_address \

@@ -91,7 +91,7 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         repositories=tuple(args.model_repository), core=core_options(args),
         config_sources=config_sources(args), frontends=frontends,
         plane=plane_options(args), exit_timeout_s=args.exit_timeout_secs,
-        exit_on_error=args.exit_on_error)
+        exit_on_error=args.exit_on_error, frontend_processes=args.frontend_processes)
 
 
 def core_options(args: argparse.Namespace) -> CoreOptions:

@@ -32,18 +32,28 @@ class LoadedModel:
     def output_labels(self, output: str) -> list[bytes] | None:
         return output_labels(self._model, output)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, descs: tuple | None = None
+                    ) -> InferResponse:
+        """`descs`: where the inputs lie in shm already (a frontend process's pool:
+        pbserve/frontends/), to be passed on; not for a request that names a client
+        region or a model that may answer from its response cache (then the inputs are
+        copied as any request's)."""
         if not request.uses_shm:
-            return await self._model.infer(request)
+            if descs is not None and self._model.stats.cache_enabled:
+                descs = None
+            return await self._model.infer(request, descs)
         self._shm.resolve(request)
         try:
             return await self._model.infer(request)
         finally:
             request.release_shm()  # a no-op once the request was queued: it holds them
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+    def stream_infer(self, request: InferRequest, descs: tuple | None = None
+                     ) -> AsyncIterator[InferResponse]:
         if not request.uses_shm:
-            return self._model.stream_infer(request)
+            if descs is not None and self._model.stats.cache_enabled:
+                descs = None
+            return self._model.stream_infer(request, descs)
         return self._stream_holding_shm(request)
 
     async def _stream_holding_shm(self, request: InferRequest

@@ -10,6 +10,7 @@ repositories' files (repository_poller.py). Config precedence: config_sources.py
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from pbserve.core.repository.file_override import (
 from pbserve.core.config.gpus import visible_gpus
 from pbserve.core.instances.instance import InstanceServices, ModelInstance
 from pbserve.core.scheduling.rate_limiter import RateLimiter
+from pbserve.core.memory.peers import ShmPeers
 from pbserve.core.memory.shm_upkeep import ShmUpkeep
 from pbserve.core.latency.hop import RunningInstances
 from pbserve.core.latency.linger import Linger
@@ -127,8 +129,11 @@ class ModelManager:
         self._entries: dict[str, ModelEntry] = {}
         self._pool: Pool | None = None
         self._regions = RegionMap()
+        # frontend processes (pbserve/frontends/) map the server's shm too
+        self.peers = ShmPeers(self._regions, self._all_instances)
         self._upkeep = ShmUpkeep(self.config_sources.shm_sizes, self._regions,
-                                 self._all_instances)
+                                 lambda: itertools.chain(self._all_instances(), self.peers))
+        self.peers.on_regions_gone = self._upkeep.regions_gone
         self._calls = StubCalls(self.model, self._regions.view, self)
         self._running = RunningInstances()  # whether a reply is watched for (latency/hop.py)
         self._linger = Linger()  # the loop turns on for a while after each request
@@ -153,6 +158,7 @@ class ModelManager:
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)
         self._calls.blocks = self._refs
+        self.peers.refs = self._refs
         self._placer = InputPlacer(self._refs)
         self._upkeep.start(self._pool, self._placer.relieve)
         self._services = ModelServices(

@@ -112,6 +112,11 @@ class Listener:
             raise
         return servers
 
+    def fds(self) -> list[int]:
+        """The sockets' descriptors, for processes that accept on them too (frontend
+        processes: pbserve/frontends/); the sockets stay this Listener's."""
+        return [sock.fileno() for sock in self._sockets]
+
     def close(self) -> None:
         """Close the sockets no server took (grpcio, which binds by itself, then binds
         the port at once)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from pbserve.core.api import InferenceCore
 
-from pbserve.core.observability.tracing import LEVELS
+from pbserve.core.observability.tracing import LEVELS, TRACER
 from pbserve.errors import ErrorCode, ServerError, invalid_arg
 
 _INT = re.compile(r"\s*[+-]?\d+")  # what std::stoi reads (trailing text is ignored)
@@ -88,3 +88,14 @@ async def model_ready(core: InferenceCore, model: str) -> bool:
     """Whether `model` is ready (the core answers at once or after an await)."""
     ready = core.model_ready(model)
     return bool(await ready) if inspect.isawaitable(ready) else bool(ready)
+
+
+async def apply_trace_setting(core: InferenceCore, model: str,
+                              changes: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings of `model` ("" = the server's) after `changes` (None: none), where
+    requests are traced: this process's TRACER, or the core's when the core offers
+    `trace_setting` (a frontend process's LinkedCore: pbserve/frontends/)."""
+    elsewhere = getattr(core, "trace_setting", None)
+    if elsewhere is not None:
+        return await elsewhere(model, changes)
+    return TRACER.setting(model) if changes is None else TRACER.update(model, changes)

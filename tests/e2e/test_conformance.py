@@ -16,9 +16,15 @@ RUNNER = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "run.p
 
 
 @pytest.mark.skipif(not RUNNER.exists(), reason=f"conformance suite not found at {RUNNER}")
-def test_every_conformance_case_passes():
+@pytest.mark.parametrize("frontends", [1, 2], ids=["in-process", "2-frontend-processes"])
+def test_every_conformance_case_passes(frontends):
+    """Once as the server runs by default, once with HTTP and gRPC answered by two
+    frontend processes (docs/frontend_processes.md)."""
+    command = f"{sys.executable} -m pbserve"
+    if frontends > 1:
+        command += f" --frontend-processes {frontends}"
     result = subprocess.run(
-        [sys.executable, str(RUNNER), "--server-cmd", f"{sys.executable} -m pbserve"],
+        [sys.executable, str(RUNNER), "--server-cmd", command],
         capture_output=True, text=True, timeout=400)
     lines = result.stdout.splitlines()
     failed = [line for line in lines if line.startswith("FAIL")]

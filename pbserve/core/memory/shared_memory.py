@@ -196,8 +196,14 @@ class SharedMemoryManager:
         except BaseException:
             self._release(held)
             raise
-        if held:
-            request._shm_release = lambda: self._release(held)
+        if held:  # after whatever the request's maker asked to be told (frontends/)
+            then = request._shm_release
+
+            def release() -> None:
+                self._release(held)
+                if then is not None:
+                    then()
+            request._shm_release = release
 
     def _use(self, ref: ShmRef, held: list[_Region]) -> _Region:
         name = ref.region

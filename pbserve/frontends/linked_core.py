@@ -1,0 +1,446 @@
+"""A frontend process's InferenceCore: the core process, reached over the channel.
+
+A request's inputs go into this process's own shm pool (a large body is gathered there
+as it arrives: `input_placer`), and only their descriptors go to the core, which passes
+them on to the stub; the blocks are freed once the core says no process reads them. A
+response's outputs are viewed where they are (a stub's pool, the core's) and given back
+(RELEASE, once a loop turn) when the frontend has written them.
+
+What the protocol has as plain methods (metadata, config, the index, a model's handle,
+client shm registration) is a call the loop waits for (`_ask`): the core answers from
+its loop at once, and the frontend reads other messages meanwhile. A model's handle is
+kept HANDLE_TTL_S (a model reloaded with another transaction policy through another
+frontend is seen within that; the core refuses what no longer fits anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from pbserve.core.memory.shm_upkeep import shm_room
+from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
+from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
+from pbserve.errors import ErrorCode, ServerError, unavailable
+from pbserve.frontends import protocol as fp
+from pbserve.frontends.channel import FrontendEnd
+from shm import Block, Pool, ShmExhausted
+from shm.pool import RegionMap
+
+ANSWER_TIMEOUT_S = 30.0  # a call the core does not answer within this fails
+HANDLE_TTL_S = 1.0
+TRIM_INTERVAL_S = 1.0
+
+
+class _Call:
+    """One request on its way: where its responses go, and its input blocks."""
+
+    __slots__ = ("future", "queue", "blocks", "closed")
+
+    def __init__(self, stream: bool, blocks: list[Block]) -> None:
+        loop = asyncio.get_running_loop()
+        self.future: asyncio.Future | None = None if stream else loop.create_future()
+        self.queue: asyncio.Queue | None = asyncio.Queue() if stream else None
+        self.blocks = blocks
+        self.closed = False  # its reader is gone (answered, or cancelled)
+
+
+class PlacedInFrontend:
+    """A block of the frontend's pool a decoder gathered a tensor into
+    (TensorData.placed): the request names it as it is."""
+
+    __slots__ = ("block", "taken")
+
+    def __init__(self, block: Block) -> None:
+        self.block = block
+        self.taken = False
+
+
+class LinkedCore:
+    """InferenceCore for a frontend process (the protocol: core/api.py)."""
+
+    def __init__(self, channel: FrontendEnd, pool: Pool) -> None:
+        self._channel = channel
+        self._pool = pool
+        self._regions = RegionMap()
+        self._rids = itertools.count(1)
+        self._call_ids = itertools.count(1)
+        self._calls: dict[int, _Call] = {}
+        self._inputs: dict[int, list[Block]] = {}  # requests whose inputs the core reads
+        self._answers: dict[int, asyncio.Future] = {}
+        self._sync_answers: dict[int, tuple] = {}
+        self._releases: list[int] = []
+        self._handles: dict[tuple[str, str], tuple[float, bool, bool]] = {}
+        self._applying_core_log = False
+        self._trim: asyncio.TimerHandle | None = None
+        self.shared_memory = _SharedMemory(self)
+        self._handlers: dict[int, Callable[[tuple], None]] = {
+            fp.RESPONSE: self._on_response, fp.INPUTS_DONE: self._on_inputs_done,
+            fp.REPLY: self._on_reply, fp.FORGET_REGIONS: self._on_forget_regions,
+            fp.TRIM: self._on_trim, fp.LOG_SETTINGS: self._on_log_settings,
+        }
+
+    def start(self) -> None:
+        self._channel.start(self._on_messages)
+        SERVER_LOG.attach(self)
+        self._trim = asyncio.get_running_loop().call_later(TRIM_INTERVAL_S, self._tick)
+
+    def close(self) -> None:
+        SERVER_LOG.detach(self)
+        if self._trim is not None:
+            self._trim.cancel()
+        self._channel.close()
+        self._regions.close()
+        self._pool.close()
+
+    # -- the protocol's plain calls -----------------------------------------------------
+    def is_live(self) -> bool:
+        return True
+
+    async def is_ready(self) -> bool:
+        return await self._ask_async("is_ready")
+
+    def server_metadata(self) -> dict[str, Any]:
+        return self._ask("server_metadata")
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        return await self._ask_async("model_ready", name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        return self._ask("model_metadata", name, version)
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return self._ask("model_config", name, version)
+
+    def input_placer(self) -> LinkedCore:
+        return self
+
+    def model_handle(self, name: str, version: str = "") -> LinkedModel:
+        key = (name, version)
+        kept = self._handles.get(key)
+        now = time.monotonic()
+        if kept is None or kept[0] < now:
+            decoupled, batched = self._ask("model_handle", name, version)
+            kept = self._handles[key] = (now + HANDLE_TTL_S, decoupled, batched)
+        return LinkedModel(self, name, version, kept[1], kept[2])
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        return self.model_handle(name, version).decoupled
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return self._ask("repository_index", ready_only)
+
+    async def load_model(self, name: str, config: str | None = None,
+                         files: dict[str, bytes] | None = None) -> None:
+        self._handles.clear()
+        await self._ask_async("load_model", name, config, files)
+        self._handles.clear()
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self._handles.clear()
+        await self._ask_async("unload_model", name, unload_dependents)
+        self._handles.clear()
+
+    async def model_statistics(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        return await self._ask_async("model_statistics", name, version)
+
+    async def metrics_text(self) -> str:  # type: ignore[override]
+        return await self._ask_async("metrics_text")
+
+    async def trace_setting(self, model: str, changes: dict | None) -> dict[str, Any]:
+        """Triton's trace settings live where requests are traced: the core."""
+        return await self._ask_async("trace_setting", model, changes)
+
+    # -- the log settings (one for the whole server) ------------------------------------
+    def apply_log_settings(self, settings: LogSettings) -> None:
+        """SERVER_LOG changed here (a client's /v2/logging): the core takes it too, and
+        tells the stubs and the other frontends."""
+        if not self._applying_core_log:
+            self._send_call(next(self._call_ids), "log_settings",
+                            (fp.changeable(settings.as_dict()),))
+
+    def _on_log_settings(self, message: tuple) -> None:
+        self._applying_core_log = True
+        try:
+            SERVER_LOG.update(message[1])
+        finally:
+            self._applying_core_log = False
+
+    # -- where a frontend gathers a large request's tensors (core/api.py InputPlacer) ---
+    def place(self, nbytes: int) -> tuple[memoryview, PlacedInFrontend] | None:
+        free, total = shm_room()
+        if free - nbytes < total // 2:
+            return None
+        try:
+            block = self._pool.alloc(nbytes)
+        except ShmExhausted:
+            return None
+        return self._pool.view(block)[:nbytes], PlacedInFrontend(block)
+
+    def drop(self, placed: PlacedInFrontend) -> None:
+        if not placed.taken:
+            placed.taken = True
+            self._pool.free(placed.block.region, placed.block.offset)
+
+    # -- inference ------------------------------------------------------------------------
+    def send_request(self, request: InferRequest, stream: bool) -> tuple[int, _Call]:
+        """The request on its way to the core: its id and where its answers go."""
+        blocks: list[Block] = []
+        inputs = []
+        pool = self._pool
+        try:
+            for tensor in request.inputs:
+                shape = tuple(tensor.shape)
+                if tensor.shm is not None:
+                    ref = tensor.shm
+                    inputs.append((tensor.name, tensor.datatype, shape, "", 0, 0,
+                                   (ref.region, ref.offset, ref.byte_size)))
+                    continue
+                placed = tensor.placed
+                if isinstance(placed, PlacedInFrontend) and not placed.taken:
+                    placed.taken = True
+                    block = placed.block
+                else:
+                    data = memoryview(tensor.data)
+                    if data.format != "B" or data.ndim != 1:
+                        data = data.cast("B")
+                    block = pool.store(data)
+                blocks.append(block)
+                inputs.append((tensor.name, tensor.datatype, shape, block.region,
+                               block.offset, block.nbytes, None))
+        except ShmExhausted as err:
+            self._free(blocks)
+            raise unavailable(f"no room in shared memory for the request's inputs: {err}"
+                              ) from None
+        except BaseException:
+            self._free(blocks)
+            raise
+        output_shm = tuple((name, ref.region, ref.offset, ref.byte_size)
+                           for name, ref in request.output_shm.items()) \
+            if request.output_shm else None
+        rid = next(self._rids)
+        call = self._calls[rid] = _Call(stream, blocks)
+        self._inputs[rid] = blocks
+        requested = tuple(request.requested_outputs) \
+            if request.requested_outputs is not None else None
+        params = json.dumps(request.parameters) if request.parameters else "{}"
+        headers = tuple(request.trace_headers.items()) if request.trace_headers else None
+        self._channel.send(fp.infer(
+            rid, stream, request.model_name, request.model_version, request.id,
+            tuple(inputs), requested, params, request.correlation_id, request.flags,
+            request.priority, request.timeout_us, headers, output_shm))
+        return rid, call
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        rid, call = self.send_request(request, stream=False)
+        assert call.future is not None
+        try:
+            return await call.future
+        except asyncio.CancelledError:
+            self._leave(rid, call)
+            raise
+
+    async def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        rid, call = self.send_request(request, stream=True)
+        assert call.queue is not None
+        final = False
+        try:
+            while not final:
+                response = await call.queue.get()
+                final = response.final
+                if isinstance(response, _Raise):
+                    raise response.error
+                yield response
+        finally:
+            if not final:
+                self._leave(rid, call)
+
+    def _leave(self, rid: int, call: _Call) -> None:
+        """The request's reader is gone: the core cancels it (the model sees it)."""
+        if not call.closed:
+            call.closed = True
+            self._calls.pop(rid, None)
+            self._channel.send(fp.cancel(rid))
+
+    # -- what the core sends --------------------------------------------------------------
+    def _on_messages(self, batch: list) -> None:
+        handlers = self._handlers
+        for message in batch:
+            handlers[message[0]](message)
+
+    def _on_response(self, message: tuple) -> None:
+        (_, rid, token, model, version, request_id, outputs, params, error, final,
+         inputs_done) = message
+        if inputs_done:
+            self._free(self._inputs.pop(rid, ()))
+        call = self._calls.get(rid)
+        if call is None:  # its reader left: nothing to write
+            if token:
+                self._release(token)
+            return
+        if final:
+            del self._calls[rid]
+            call.closed = True
+        if error is not None and len(error) == 3:  # raised before the model: as locally
+            exc = ServerError(ErrorCode(error[0]), error[1])
+            if call.future is not None:
+                call.future.set_exception(exc)
+            else:
+                assert call.queue is not None
+                call.queue.put_nowait(_Raise(exc))
+            return
+        response = InferResponse(model, version, request_id, final=final)
+        if error is not None:
+            response.error = ServerError(ErrorCode(error[0]), error[1])
+        if outputs:
+            response.outputs = [self._tensor(*output) for output in outputs]
+        if params != "{}":
+            response.parameters = json.loads(params)
+        if token:
+            response._release = lambda: self._release(token)
+        if call.future is not None:
+            if not call.future.done():
+                call.future.set_result(response)
+            else:
+                response.release()
+        else:
+            assert call.queue is not None
+            call.queue.put_nowait(response)
+
+    def _tensor(self, name: str, datatype: str, shape: tuple, where: int, a: Any,
+                b: Any) -> TensorData:
+        if where == fp.OUT_BLOCK:
+            return TensorData(name, datatype, shape, self._regions.view(a, b[0], b[1]))
+        if where == fp.OUT_INLINE:
+            return TensorData(name, datatype, shape, a)
+        return TensorData(name, datatype, shape, b"", ShmRef("", b[0], b[1], a))
+
+    def _release(self, token: int) -> None:
+        """Give a response back to the core: batched, one message a loop turn."""
+        if not self._releases:
+            asyncio.get_running_loop().call_soon(self._flush_releases)
+        self._releases.append(token)
+
+    def _flush_releases(self) -> None:
+        tokens, self._releases = tuple(self._releases), []
+        if tokens:
+            self._channel.send(fp.release(tokens))
+
+    def _on_inputs_done(self, message: tuple) -> None:
+        self._free(self._inputs.pop(message[1], ()))
+
+    def _free(self, blocks: Any) -> None:
+        free = self._pool.free
+        for block in blocks:
+            free(block.region, block.offset)
+
+    def _on_forget_regions(self, message: tuple) -> None:
+        self._regions.drop(message[1])
+
+    def _on_trim(self, _message: tuple) -> None:
+        self._gone(self._pool.trim(force=True))
+
+    def _tick(self) -> None:
+        self._gone(self._pool.trim())
+        self._trim = asyncio.get_running_loop().call_later(TRIM_INTERVAL_S, self._tick)
+
+    def _gone(self, names: list[str]) -> None:
+        if names:
+            self._channel.send(fp.regions_gone(tuple(names)))
+
+    # -- calls ------------------------------------------------------------------------------
+    def _send_call(self, call_id: int, method: str, args: tuple) -> None:
+        self._channel.send(fp.call(call_id, method, args))
+
+    def _on_reply(self, message: tuple) -> None:
+        _, call_id, error, value = message
+        future = self._answers.pop(call_id, None)
+        if future is None:
+            self._sync_answers[call_id] = (error, value)
+            return
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(ServerError(ErrorCode(error[0]), error[1]))
+        else:
+            future.set_result(value)
+
+    async def _ask_async(self, method: str, *args: Any) -> Any:
+        call_id = next(self._call_ids)
+        future = self._answers[call_id] = asyncio.get_running_loop().create_future()
+        self._send_call(call_id, method, args)
+        try:
+            return await future
+        finally:
+            self._answers.pop(call_id, None)
+
+    def _ask(self, method: str, *args: Any) -> Any:
+        """A call the loop waits for: the other messages read meanwhile are handled."""
+        call_id = next(self._call_ids)
+        self._send_call(call_id, method, args)
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        answers = self._sync_answers
+        while call_id not in answers:
+            left = deadline - time.monotonic()
+            message = self._channel.get(left) if left > 0 else None
+            if message is None:
+                raise unavailable(f"the core did not answer '{method}' within "
+                                  f"{ANSWER_TIMEOUT_S:.0f} s")
+            self._handlers[message[0]](message)
+        error, value = answers.pop(call_id)
+        if error is not None:
+            raise ServerError(ErrorCode(error[0]), error[1])
+        return value
+
+
+class _Raise:
+    """A stream's error raised before the model (the core raised it): raised to the
+    reader, as the local core's stream raises it."""
+
+    __slots__ = ("error",)
+    final = True
+
+    def __init__(self, error: ServerError) -> None:
+        self.error = error
+
+
+class LinkedModel:
+    """A model of the core, resolved for one request (api.ModelHandle)."""
+
+    __slots__ = ("_core", "_name", "_version", "decoupled", "batched")
+
+    def __init__(self, core: LinkedCore, name: str, version: str, decoupled: bool,
+                 batched: bool) -> None:
+        self._core = core
+        self._name, self._version = name, version
+        self.decoupled = decoupled
+        self.batched = batched
+
+    def expect(self) -> None:
+        """The core wakes the instance when the request arrives."""
+
+    def output_labels(self, output: str) -> list[bytes] | None:
+        return self._core._ask("output_labels", self._name, self._version, output)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return await self._core.infer(request)
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        return self._core.stream_infer(request)
+
+
+class _SharedMemory:
+    """Clients' regions are registered with the core (any frontend then uses them)."""
+
+    def __init__(self, core: LinkedCore) -> None:
+        self._core = core
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method not in ("register", "unregister", "status", "register_cuda",
+                          "unregister_cuda", "cuda_status", "check_allowed"):
+            raise AttributeError(method)
+        return lambda *args: self._core._ask("shared_memory", method, args)
