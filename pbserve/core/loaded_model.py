@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from pbserve.core.ensemble.model import EnsembleModel
 from pbserve.core.model import Model
 from pbserve.core.memory.shared_memory import SharedMemoryManager
+from pbserve.core.observability.tracing import TRACER
 from pbserve.core.output_labels import output_labels
 from pbserve.core.types import InferRequest, InferResponse
 
@@ -47,6 +48,20 @@ class LoadedModel:
             return await self._model.infer(request)
         finally:
             request.release_shm()  # a no-op once the request was queued: it holds them
+
+    def infer_now(self, request: InferRequest, descs: tuple | None,
+                  answer: Callable[[InferResponse], None]) -> Callable[[], None] | None:
+        """`infer` without a coroutine (Model.infer_now: queued now, `answer` called
+        with the response in the pass that reads it), for a frontend process's request
+        (pbserve/frontends/link.py); the way to cancel it. None, and nothing done, where
+        only `infer` serves the request: an ensemble, a trace, the response cache, a
+        client region. Raises what validation raises."""
+        model = self._model
+        if not isinstance(model, Model) or request.uses_shm or TRACER.enabled \
+                or model.stats.cache_enabled:
+            return None
+        pending = model.infer_now(request, descs, lambda _pending, response: answer(response))
+        return lambda: model.cancel(pending)
 
     def stream_infer(self, request: InferRequest, descs: tuple | None = None
                      ) -> AsyncIterator[InferResponse]:

@@ -10,7 +10,6 @@ repositories' files (repository_poller.py). Config precedence: config_sources.py
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -132,7 +131,7 @@ class ModelManager:
         # frontend processes (pbserve/frontends/) map the server's shm too
         self.peers = ShmPeers(self._regions, self._all_instances)
         self._upkeep = ShmUpkeep(self.config_sources.shm_sizes, self._regions,
-                                 lambda: itertools.chain(self._all_instances(), self.peers))
+                                 self._all_instances, lambda: self.peers)
         self.peers.on_regions_gone = self._upkeep.regions_gone
         self._calls = StubCalls(self.model, self._regions.view, self)
         self._running = RunningInstances()  # whether a reply is watched for (latency/hop.py)

@@ -51,6 +51,7 @@ class FrontendLink:
         self._in_core_blocks = in_core_blocks
         self._calls = calls
         self._tasks: dict[int, asyncio.Task] = {}  # request id -> its task
+        self._queued: dict[int, Callable[[], None]] = {}  # request id -> its cancel
         self._held: dict[int, InferResponse] = {}  # token -> a response being written
         self._tokens = itertools.count(1)
         self._open: set[int] = set()  # requests whose final response is not sent yet
@@ -59,16 +60,19 @@ class FrontendLink:
         self._handlers: dict[int, Callable[[tuple], None]] = {
             fp.INFER: self._on_infer, fp.CANCEL: self._on_cancel,
             fp.RELEASE: self._on_release, fp.CALL: self._on_call,
+            fp.REGIONS_GONE: self._on_regions_gone,
         }
         self.on_regions_gone: Callable[[FrontendLink, tuple], None] = lambda _l, _n: None
 
     def start(self) -> None:
         self.channel.start(self._on_messages)
 
-    # -- what the core's upkeep sends (memory/shm_upkeep.py `StubControl`) --------------
-    def send_control(self, message: tuple) -> None:
-        """FORGET_REGIONS and TRIM, as a stub gets them."""
-        self._tell(message)
+    # -- what the core's upkeep tells it (memory/shm_upkeep.py `ShmPeer`) ---------------
+    def forget_regions(self, names: tuple[str, ...]) -> None:
+        self._tell(fp.forget_regions(names))
+
+    def trim(self) -> None:
+        self._tell(fp.trim())
 
     def apply_log_settings(self, settings: LogSettings) -> None:
         """The server's log settings changed (log_settings.py SERVER_LOG's listener)."""
@@ -78,15 +82,15 @@ class FrontendLink:
     def _on_messages(self, batch: list) -> None:
         handlers = self._handlers
         for message in batch:
-            kind = message[0]
-            if kind == fp.REGIONS_GONE:
-                self._regions.drop(message[1])
-                self.on_regions_gone(self, message[1])
-                continue
             try:
-                handlers[kind](message)
+                handlers[message[0]](message)
             except Exception:  # one bad message must not stop the others
-                log.exception("frontend %s: message %r failed", self.name, kind)
+                log.exception("frontend %s: message %r failed", self.name, message[0])
+
+    def _on_regions_gone(self, message: tuple) -> None:
+        _, names = message
+        self._regions.drop(names)
+        self.on_regions_gone(self, names)
 
     def _on_infer(self, message: tuple) -> None:
         (_, rid, stream, model, version, request_id, inputs, requested, params,
@@ -119,12 +123,48 @@ class FrontendLink:
         # Told when no process reads the inputs any more: at once when the request fails
         # before it is queued, else when its PendingRequest completes (pending.py).
         request._shm_release = lambda: self._inputs_free(rid)
+        if not stream and self._queue_now(rid, model, version, request, tuple(descs)):
+            return
         run = self._stream(rid, model, version, request, tuple(descs)) if stream \
             else self._unary(rid, model, version, request, tuple(descs))
         task = asyncio.get_running_loop().create_task(run)
         self._tasks[rid] = task
         self._open.add(rid)
         task.add_done_callback(lambda _: self._ended(rid))
+
+    def _queue_now(self, rid: int, model: str, version: str, request: InferRequest,
+                   descs: tuple) -> bool:
+        """A unary request queued without a task, answered from the pass that reads its
+        response (LoadedModel.infer_now: a task would cost a turn of the loop each way);
+        False where only a task serves it (an ensemble, a trace, the cache, ...)."""
+        try:
+            handle = self._core.model_handle(model, version)
+            now = getattr(handle, "infer_now", None)
+            if now is None:
+                return False
+            self._open.add(rid)
+            cancel = now(request, descs, lambda response: self._answered(rid, response))
+        except ServerError as err:
+            request.release_shm()
+            self._send_error(rid, model, request.id, err)
+            return True
+        except Exception as err:  # a fault of the server's own: the client must not hang
+            log.exception("request for model '%s' from frontend %s failed", model, self.name)
+            request.release_shm()
+            self._send_error(rid, model, request.id, ServerError(ErrorCode.INTERNAL, str(err)))
+            return True
+        if cancel is None:
+            self._open.discard(rid)
+            return False
+        self._queued[rid] = cancel
+        return True
+
+    def _answered(self, rid: int, response: InferResponse) -> None:
+        self._queued.pop(rid, None)
+        try:  # called from the model's messages: its other requests must not fail
+            self._send(rid, response)
+        except Exception:
+            log.exception("the answer to frontend %s failed", self.name)
 
     def _ended(self, rid: int) -> None:
         """A request's task ended; without a final response (cancelled), its inputs'
@@ -187,13 +227,18 @@ class FrontendLink:
                                          "response"))
 
     def _on_cancel(self, message: tuple) -> None:
-        task = self._tasks.get(message[1])
+        _, rid = message
+        task = self._tasks.get(rid)
         if task is not None:
             task.cancel()
+        cancel = self._queued.pop(rid, None)
+        if cancel is not None:
+            cancel()
 
     def _on_release(self, message: tuple) -> None:
+        _, tokens = message
         held = self._held
-        for token in message[1]:
+        for token in tokens:
             response = held.pop(token, None)
             if response is not None:
                 response.release()
@@ -279,6 +324,9 @@ class FrontendLink:
         for them, release what it held, and unmap its regions here and in the stubs."""
         self._gone = True
         self.channel.stop()
+        for cancel in list(self._queued.values()):
+            cancel()
+        self._queued.clear()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

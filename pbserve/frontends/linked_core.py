@@ -158,15 +158,15 @@ class LinkedCore:
     # -- the log settings (one for the whole server) ------------------------------------
     def apply_log_settings(self, settings: LogSettings) -> None:
         """SERVER_LOG changed here (a client's /v2/logging): the core takes it too, and
-        tells the stubs and the other frontends."""
+        tells the stubs and the other frontends, before the client is answered."""
         if not self._applying_core_log:
-            self._send_call(next(self._call_ids), "log_settings",
-                            (fp.changeable(settings.as_dict()),))
+            self._ask("log_settings", fp.changeable(settings.as_dict()))
 
     def _on_log_settings(self, message: tuple) -> None:
+        _, settings = message
         self._applying_core_log = True
         try:
-            SERVER_LOG.update(message[1])
+            SERVER_LOG.update(settings)
         finally:
             self._applying_core_log = False
 
@@ -331,7 +331,8 @@ class LinkedCore:
             self._channel.send(fp.release(tokens))
 
     def _on_inputs_done(self, message: tuple) -> None:
-        self._free(self._inputs.pop(message[1], ()))
+        _, rid = message
+        self._free(self._inputs.pop(rid, ()))
 
     def _free(self, blocks: Any) -> None:
         free = self._pool.free
@@ -339,9 +340,10 @@ class LinkedCore:
             free(block.region, block.offset)
 
     def _on_forget_regions(self, message: tuple) -> None:
-        self._regions.drop(message[1])
+        _, names = message
+        self._regions.drop(names)
 
-    def _on_trim(self, _message: tuple) -> None:
+    def _on_trim(self, message: tuple) -> None:
         self._gone(self._pool.trim(force=True))
 
     def _tick(self) -> None:

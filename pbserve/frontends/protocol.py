@@ -18,7 +18,8 @@ Down (core -> frontend):
   (code, message[, raised before the model]), final, inputs done
 - INPUTS_DONE: request id: no process reads its input blocks any more (free them)
 - REPLY: call id, error, value
-- FORGET_REGIONS, TRIM: as to a stub (stub/protocol.py): unmap those regions; trim now
+- FORGET_REGIONS: names: unmap those regions (their owner gave them back)
+- TRIM: /dev/shm is short: give back every empty region of the pool now
 - LOG_SETTINGS: the server's log settings changed (log_settings.py `as_dict`)
 
 An input is `(name, datatype, shape, region, offset, nbytes, shm)`, `shm` None or a client
@@ -32,8 +33,6 @@ from __future__ import annotations
 import marshal
 from typing import Any
 
-# kinds a stub also reads, sent to a frontend as the core's shm upkeep makes them for stubs
-from stub.protocol import FORGET_REGIONS as FORGET_REGIONS, TRIM as TRIM
 
 _VERSION = 4
 
@@ -42,11 +41,12 @@ CANCEL = 2
 RELEASE = 3
 CALL = 4
 REGIONS_GONE = 5
-# down: apart from the stub's kinds a frontend also reads (FORGET_REGIONS, TRIM)
 RESPONSE = 21
 INPUTS_DONE = 22
 REPLY = 23
 LOG_SETTINGS = 24
+FORGET_REGIONS = 25
+TRIM = 26
 
 OUT_BLOCK, OUT_INLINE, OUT_CLIENT_SHM = 0, 1, 2
 
@@ -107,3 +107,11 @@ def changeable(settings: dict) -> dict:
     """The log settings another process may take (`log_file` is each one's own, and
     cannot be changed over the network anyway)."""
     return {name: value for name, value in settings.items() if name != "log_file"}
+
+
+def forget_regions(names: tuple) -> tuple:
+    return (FORGET_REGIONS, names)
+
+
+def trim() -> tuple:
+    return (TRIM,)

@@ -77,14 +77,28 @@ class StubControl(Protocol):
         """`message` on the stub's control queue, if the stub is alive."""
 
 
+class ShmPeer(Protocol):
+    """Another process that maps the server's shm and is no stub (a frontend process:
+    pbserve/frontends/link.py), told what a stub is told."""
+
+    def forget_regions(self, names: tuple[str, ...]) -> None:
+        """Unmap these regions: their owner gave them back."""
+
+    def trim(self) -> None:
+        """/dev/shm is short: give back every empty region of your pool now."""
+
+
 class ShmUpkeep:
-    """`instances()`: every stub of the server, through its instance."""
+    """`instances()`: every stub of the server, through its instance; `peers()`: the
+    server's other processes that map its shm (memory/peers.py)."""
 
     def __init__(self, sizes: ShmSizes, regions: RegionMap,
-                 instances: Callable[[], Iterable[StubControl]]) -> None:
+                 instances: Callable[[], Iterable[StubControl]],
+                 peers: Callable[[], Iterable[ShmPeer]] = tuple) -> None:
         self.sizes = sizes
         self._regions = regions
         self._instances = instances
+        self._peers = peers
         self._pool: Pool | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._relieved = 0.0
@@ -123,13 +137,16 @@ class ShmUpkeep:
         self._forget(self._pool.trim(force=True), None)
         for instance in self._instances():
             instance.send_control(p.trim())
+        for peer in self._peers():
+            peer.trim()
         return False
 
-    def regions_gone(self, source: StubControl, names: tuple[str, ...]) -> None:
-        """A stub gave these regions back: unmap them here and in the other stubs."""
+    def regions_gone(self, source: StubControl | ShmPeer, names: tuple[str, ...]) -> None:
+        """A stub (or a peer) gave these regions back: unmap them here and in the other
+        stubs and peers."""
         self._forget(names, source)
 
-    def _forget(self, names: Iterable[str], source: StubControl | None) -> None:
+    def _forget(self, names: Iterable[str], source: StubControl | ShmPeer | None) -> None:
         names = tuple(names)
         if not names:
             return
@@ -137,4 +154,7 @@ class ShmUpkeep:
         for instance in self._instances():
             if instance is not source:
                 instance.send_control(p.forget_regions(names))
+        for peer in self._peers():
+            if peer is not source:
+                peer.forget_regions(names)
         log.debug("gave back shared-memory regions %s", ", ".join(names))
