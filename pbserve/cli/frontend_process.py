@@ -38,6 +38,9 @@ log = logging.getLogger("pbserve")
 
 
 def _listeners(text: str, options: ServerOptions) -> Endpoints:
+    """The core's sockets (inherited; what reaches them is taken by whichever frontend
+    is first) and this process's own on the same addresses (SO_REUSEPORT: the kernel
+    spreads new connections over every frontend's)."""
     endpoints = Endpoints()
     for item in filter(None, text.split(";")):
         name, fds = item.split("=", 1)
@@ -45,8 +48,9 @@ def _listeners(text: str, options: ServerOptions) -> Endpoints:
         sockets = [socket.socket(fileno=int(fd)) for fd in fds.split(":")]
         for sock in sockets:
             sock.setblocking(False)
-        setattr(endpoints, name, Listener(name.upper(), endpoint.address, endpoint.port,
-                                          sockets))
+        shared = Listener(name.upper(), endpoint.address, endpoint.port, sockets)
+        own = Listener.bind(name.upper(), endpoint.address, shared.port, reuse_port=True)
+        setattr(endpoints, name, shared.joined(own))
     return endpoints
 
 
@@ -65,6 +69,7 @@ async def _serve(spec: ChannelSpec, index: int, endpoints: Endpoints,
     servers: list[Frontend] = []
     try:
         await start_servers(core, options.frontends, servers, endpoints)
+        core.serving()
         await signals.received.wait()
     finally:
         await shut_down(servers, None, options.exit_timeout_s)

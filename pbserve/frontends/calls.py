@@ -74,13 +74,18 @@ class CoreCalls:
     """Runs the calls of every frontend; `log_settings` applies a frontend's change of
     the log settings (log_settings.py SERVER_LOG.update)."""
 
-    def __init__(self, log_settings: Callable[[dict], Any]) -> None:
+    def __init__(self, log_settings: Callable[[dict], Any],
+                 serving: Callable[[], bool] = lambda: True) -> None:
         self._tasks: set[asyncio.Task] = set()
         self._log_settings = log_settings
+        self._serving = serving  # every frontend serves: part of the server's readiness
 
     def run(self, core: InferenceCore, method: str, args: tuple, answer: Answer) -> None:
         if method == "log_settings":
             self._answer_now(lambda: self._log_settings(*args), answer)
+            return
+        if method == "is_ready" and not self._serving():
+            answer(None, False)
             return
         call = METHODS.get(method)
         if call is None:

@@ -60,8 +60,9 @@ class FrontendLink:
         self._handlers: dict[int, Callable[[tuple], None]] = {
             fp.INFER: self._on_infer, fp.CANCEL: self._on_cancel,
             fp.RELEASE: self._on_release, fp.CALL: self._on_call,
-            fp.REGIONS_GONE: self._on_regions_gone,
+            fp.REGIONS_GONE: self._on_regions_gone, fp.STARTED: self._on_started,
         }
+        self.started = asyncio.Event()  # the frontend serves its endpoints
         self.on_regions_gone: Callable[[FrontendLink, tuple], None] = lambda _l, _n: None
 
     def start(self) -> None:
@@ -87,6 +88,9 @@ class FrontendLink:
             except Exception:  # one bad message must not stop the others
                 log.exception("frontend %s: message %r failed", self.name, message[0])
 
+    def _on_started(self, message: tuple) -> None:
+        self.started.set()
+
     def _on_regions_gone(self, message: tuple) -> None:
         _, names = message
         self._regions.drop(names)
@@ -94,7 +98,10 @@ class FrontendLink:
 
     def _on_infer(self, message: tuple) -> None:
         (_, rid, stream, model, version, request_id, inputs, requested, params,
-         correlation_id, flags, priority, timeout_us, trace_headers, output_shm) = message
+         correlation_id, flags, priority, timeout_us, trace_headers, output_shm,
+         releases) = message
+        if releases:
+            self._release(releases)
         view = self._regions.view
         tensors, descs = [], []
         try:
@@ -237,6 +244,9 @@ class FrontendLink:
 
     def _on_release(self, message: tuple) -> None:
         _, tokens = message
+        self._release(tokens)
+
+    def _release(self, tokens: tuple) -> None:
         held = self._held
         for token in tokens:
             response = held.pop(token, None)

@@ -4,7 +4,7 @@ A request's inputs go into this process's own shm pool (a large body is gathered
 as it arrives: `input_placer`), and only their descriptors go to the core, which passes
 them on to the stub; the blocks are freed once the core says no process reads them. A
 response's outputs are viewed where they are (a stub's pool, the core's) and given back
-(RELEASE, once a loop turn) when the frontend has written them.
+when the frontend has written them (with its next request, or RELEASE_DELAY_S later).
 
 What the protocol has as plain methods (metadata, config, the index, a model's handle,
 client shm registration) is a call the loop waits for (`_ask`): the core answers from
@@ -34,6 +34,7 @@ from shm.pool import RegionMap
 ANSWER_TIMEOUT_S = 30.0  # a call the core does not answer within this fails
 HANDLE_TTL_S = 1.0
 TRIM_INTERVAL_S = 1.0
+RELEASE_DELAY_S = 0.005  # a response written waits this long for a request to ride on
 
 
 class _Call:
@@ -73,7 +74,8 @@ class LinkedCore:
         self._inputs: dict[int, list[Block]] = {}  # requests whose inputs the core reads
         self._answers: dict[int, asyncio.Future] = {}
         self._sync_answers: dict[int, tuple] = {}
-        self._releases: list[int] = []
+        self._releases: list[int] = []  # tokens of responses written, not yet told
+        self._release_timer = False
         self._handles: dict[tuple[str, str], tuple[float, bool, bool]] = {}
         self._applying_core_log = False
         self._trim: asyncio.TimerHandle | None = None
@@ -96,6 +98,10 @@ class LinkedCore:
         self._channel.close()
         self._regions.close()
         self._pool.close()
+
+    def serving(self) -> None:
+        """This process serves its endpoints now: the core may say it is ready."""
+        self._channel.send(fp.started())
 
     # -- the protocol's plain calls -----------------------------------------------------
     def is_live(self) -> bool:
@@ -229,10 +235,11 @@ class LinkedCore:
             if request.requested_outputs is not None else None
         params = json.dumps(request.parameters) if request.parameters else "{}"
         headers = tuple(request.trace_headers.items()) if request.trace_headers else None
+        releases, self._releases = tuple(self._releases), []
         self._channel.send(fp.infer(
             rid, stream, request.model_name, request.model_version, request.id,
             tuple(inputs), requested, params, request.correlation_id, request.flags,
-            request.priority, request.timeout_us, headers, output_shm))
+            request.priority, request.timeout_us, headers, output_shm, releases))
         return rid, call
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -320,12 +327,15 @@ class LinkedCore:
         return TensorData(name, datatype, shape, b"", ShmRef("", b[0], b[1], a))
 
     def _release(self, token: int) -> None:
-        """Give a response back to the core: batched, one message a loop turn."""
-        if not self._releases:
-            asyncio.get_running_loop().call_soon(self._flush_releases)
+        """Give a response back to the core: with the next request, or by a RELEASE of
+        their own RELEASE_DELAY_S later (as the core gives outputs back to a stub)."""
+        if not self._release_timer:
+            self._release_timer = True
+            asyncio.get_running_loop().call_later(RELEASE_DELAY_S, self._flush_releases)
         self._releases.append(token)
 
     def _flush_releases(self) -> None:
+        self._release_timer = False
         tokens, self._releases = tuple(self._releases), []
         if tokens:
             self._channel.send(fp.release(tokens))

@@ -1,13 +1,14 @@
 """`--frontend-processes N`: the core's N frontend processes, started, restarted when one
 dies, and stopped with the server.
 
-Each is `python -m pbserve.cli.frontend_process` with the server's own command line (so it parses
-the same flags), its channel (channel.py), and the HTTP and gRPC listening sockets the
-core bound before the models loaded (server/endpoints.py): every frontend accepts on the
-same sockets, and the kernel hands each connection to one of them. The core keeps the
-metrics endpoint. A frontend dies with the core (PR_SET_PDEATHSIG, stub/parent_death.py);
-one that dies alone is started again after RESTART_DELAY_S, its requests cancelled in
-the models (link.py); the others serve on.
+Each is `python -m pbserve.cli.frontend_process` with the server's own command line (so
+it parses the same flags), its channel (channel.py), and the HTTP and gRPC listening
+sockets the core bound before the models loaded (server/endpoints.py), with SO_REUSEPORT:
+each frontend accepts on those and on its own sockets of the same addresses, and the
+kernel spreads new connections over all of them. The server is ready once every frontend
+serves. The core keeps the metrics endpoint. A frontend dies with the core
+(PR_SET_PDEATHSIG, stub/parent_death.py); one that dies alone is started again after
+RESTART_DELAY_S, its requests cancelled in the models (link.py); the others serve on.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from pbserve.server.endpoints import Endpoints
 log = logging.getLogger("pbserve.frontends")
 
 RESTART_DELAY_S = 0.5
+STARTED_TIMEOUT_S = 60.0
+# libuv (uvloop's) accepts one connection per wake-up and yields, so that the processes
+# sharing a listening socket take turns: else the first awake takes a whole burst (all
+# eight of a client's connections at once), and the other frontends idle.
+FRONTEND_ENV = {"UV_TCP_SINGLE_ACCEPT": "1"}
 
 
 class FrontendProcess:
@@ -90,6 +96,7 @@ class FrontendProcesses:
             if listener is not None:
                 self._sockets[name] = listener.fds()
         self._processes: dict[int, FrontendProcess] = {}
+        self.serving = False  # every frontend started serving (the server's readiness)
         self._stopping = False
         self._restarts: set[asyncio.Task] = set()
         self.on_link: Callable[[FrontendLink | None, FrontendLink | None], None] = \
@@ -100,8 +107,18 @@ class FrontendProcesses:
         return [self._processes[i] for i in sorted(self._processes)]
 
     async def start(self) -> None:
+        """Start them all, and wait until each serves (STARTED_TIMEOUT_S at most, then
+        the log says which did not): the server's readiness waits for every frontend, so
+        that a client's first connections are spread over all of them."""
         for index in range(self._count):
             self._start(index)
+        waits = {asyncio.ensure_future(p.link.started.wait()): p for p in self.processes}
+        _, late = await asyncio.wait(waits, timeout=STARTED_TIMEOUT_S)
+        for wait in late:
+            wait.cancel()
+            log.error("frontend process %d did not start serving within %.0f s",
+                      waits[wait].index, STARTED_TIMEOUT_S)
+        self.serving = True
 
     def _start(self, index: int) -> None:
         channel = CoreEnd.create()
@@ -116,7 +133,8 @@ class FrontendProcesses:
                 "--parent-pid", str(os.getpid()), "--listen", ";".join(listen),
                 "--", *self._argv]
         try:
-            proc = subprocess.Popen(args, pass_fds=fds, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(args, pass_fds=fds, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **FRONTEND_ENV})
         except BaseException:
             channel.close()
             raise

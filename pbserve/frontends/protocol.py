@@ -7,11 +7,13 @@ descriptor; an output is a block of a stub's pool (or of the core's), named the 
 
 Up (frontend -> core):
 - INFER: request id, stream, model, version, id, inputs, requested outputs, parameters
-  (JSON), correlation id, flags, priority, timeout (us), trace headers, output regions
+  (JSON), correlation id, flags, priority, timeout (us), trace headers, output regions,
+  and the RELEASE tokens gathered since the last message (one wake-up fewer a request)
 - CANCEL: request id: its client is gone (the model sees `is_cancelled()`)
 - RELEASE: response tokens: the frontend wrote those responses' outputs
 - CALL: call id, method, args: anything else a frontend asks (calls.py)
 - REGIONS_GONE: the frontend trimmed these pool regions (stubs unmap them)
+- STARTED: the frontend serves its endpoints (the server is ready once all do)
 
 Down (core -> frontend):
 - RESPONSE: request id, token, model, version, id, outputs, parameters (JSON), error
@@ -41,6 +43,7 @@ CANCEL = 2
 RELEASE = 3
 CALL = 4
 REGIONS_GONE = 5
+STARTED = 6
 RESPONSE = 21
 INPUTS_DONE = 22
 REPLY = 23
@@ -62,10 +65,12 @@ def decode(data: bytes) -> Any:
 def infer(rid: int, stream: bool, model: str, version: str, request_id: str,
           inputs: tuple, requested: tuple | None, parameters_json: str,
           correlation_id: int | str, flags: int, priority: int, timeout_us: int,
-          trace_headers: tuple | None, output_shm: tuple | None) -> tuple:
+          trace_headers: tuple | None, output_shm: tuple | None, releases: tuple) -> tuple:
+    """`releases`: tokens of responses written since the last message (a RELEASE
+    of their own when no request follows soon)."""
     return (INFER, rid, stream, model, version, request_id, inputs, requested,
             parameters_json, correlation_id, flags, priority, timeout_us, trace_headers,
-            output_shm)
+            output_shm, releases)
 
 
 def cancel(rid: int) -> tuple:
@@ -78,6 +83,10 @@ def release(tokens: tuple) -> tuple:
 
 def call(call_id: int, method: str, args: tuple) -> tuple:
     return (CALL, call_id, method, args)
+
+
+def started() -> tuple:
+    return (STARTED,)
 
 
 def regions_gone(names: tuple) -> tuple:

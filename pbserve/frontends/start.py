@@ -39,8 +39,10 @@ async def start(count: int, core: InferenceCore, manager: ModelManager,
             peers.add(new)
             SERVER_LOG.attach(new)
 
-    processes = FrontendProcesses(count, core, endpoints, argv, make_link,
-                                  CoreCalls(SERVER_LOG.update))
+    processes: FrontendProcesses | None = None
+    calls = CoreCalls(SERVER_LOG.update,
+                      serving=lambda: processes is not None and processes.serving)
+    processes = FrontendProcesses(count, core, endpoints, argv, make_link, calls)
     processes.on_link = on_link
     await processes.start()
     return processes

@@ -19,16 +19,18 @@ class Endpoints:
     metrics: Listener | None = None
 
     @classmethod
-    def bind(cls, options: FrontendOptions) -> Endpoints:
+    def bind(cls, options: FrontendOptions, shared: bool = False) -> Endpoints:
         """Bind each endpoint's address; BindError for the first that cannot be, with
-        those bound before it closed."""
+        those bound before it closed. `shared`: HTTP and gRPC are served by frontend
+        processes, which bind the same addresses too (SO_REUSEPORT)."""
         endpoints = cls()
         try:
             for name, endpoint in (("GRPC", options.grpc), ("HTTP", options.http),
                                    ("Metrics", options.metrics)):
                 if endpoint.enabled:
-                    setattr(endpoints, name.lower(),
-                            Listener.bind(name, endpoint.address, endpoint.port))
+                    setattr(endpoints, name.lower(), Listener.bind(
+                        name, endpoint.address, endpoint.port,
+                        reuse_port=shared and name != "Metrics"))
         except BaseException:
             endpoints.close()
             raise

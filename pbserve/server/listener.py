@@ -72,9 +72,12 @@ class Listener:
         self._sockets = sockets
 
     @classmethod
-    def bind(cls, service: str, host: str, port: int, backlog: int = BACKLOG) -> Listener:
+    def bind(cls, service: str, host: str, port: int, backlog: int = BACKLOG,
+             reuse_port: bool = False) -> Listener:
         """Bind and listen on every address `host` names, as asyncio's create_server
-        would; BindError (the sockets bound so far closed) when one cannot be."""
+        would; BindError (the sockets bound so far closed) when one cannot be.
+        `reuse_port`: SO_REUSEPORT, so that frontend processes (of this user) bind the
+        same address, and the kernel spreads new connections over their sockets."""
         sockets: list[socket.socket] = []
         try:
             infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
@@ -83,6 +86,8 @@ class Listener:
                 sock = socket.socket(family, kind, proto)
                 sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if reuse_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.bind(address)
@@ -111,6 +116,11 @@ class Listener:
                 sock.close()
             raise
         return servers
+
+    def joined(self, other: Listener) -> Listener:
+        """One Listener serving this one's sockets and `other`'s."""
+        sockets, self._sockets = self._sockets, []
+        return Listener(self.service, self.host, self.port, sockets + other._sockets)
 
     def fds(self) -> list[int]:
         """The sockets' descriptors, for processes that accept on them too (frontend
