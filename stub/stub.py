@@ -39,7 +39,7 @@ from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.direct_replies import DirectReplies, poll
 from stub.context import CURRENT_KEYS
-from stub.errors import StubError
+from stub.errors import StubError, own_code
 from stub.errors import describe as _describe
 from stub.log_levels import LogLevels
 from stub.memory import StubMemory
@@ -83,6 +83,7 @@ class Stub:
         self.instance_name = instance_name
         self.model = None
         self.module = None
+        self.builtin_backend = False  # served by pbserve's model.py (onnxruntime, pytorch)
         self.runtime: StubRuntime | None = None
         self.decoupled = False
         self.model_name = ""
@@ -132,6 +133,11 @@ class Stub:
 
     def log_error(self, text: str) -> None:
         self.send(p.log(LOG_ERROR, text, "stub", 0))
+
+    def describe(self, exc: BaseException) -> str:
+        """Triton's text for `exc`; only its type and message for a built-in backend,
+        whose frames are pbserve's and its libraries', never the model's own."""
+        return _describe(exc, frames=not self.builtin_backend)
 
     def parent_alive(self) -> bool:
         return os.getppid() == self.parent_pid
@@ -314,6 +320,7 @@ class Stub:
         model's own, or a Python-based backend's (`backend_path`), which serves the model
         whose file is `model_path` (`get_model_dir()` is that model's version folder)."""
         if self.module is None:
+            self.builtin_backend = bool(backend_path) and own_code(backend_path)
             directory = os.path.dirname(model_path)
             for utils in (backend_utils, triton_python_backend_utils):
                 utils.get_model_dir = lambda: directory
@@ -330,7 +337,7 @@ class Stub:
         try:
             cls = self._model_class(model_path, backend_path)
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send(p.auto_completed(_describe(exc), None))
+            self.send(p.auto_completed(self.describe(exc), None))
             return
         if not hasattr(cls, "auto_complete_config"):
             self.send(p.auto_completed(None, None))
@@ -343,7 +350,7 @@ class Stub:
                     f"got '{type(completed).__name__}'")
             self.send(p.auto_completed(None, json.dumps(completed.as_dict())))
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send(p.auto_completed(f"auto_complete_config: {_describe(exc)}", None))
+            self.send(p.auto_completed(f"auto_complete_config: {self.describe(exc)}", None))
 
     def on_init(self, args: dict, model_path: str, decoupled: bool,
                 backend_path: str = "") -> None:
@@ -365,7 +372,7 @@ class Stub:
             if hasattr(self.model, "initialize"):
                 self.model.initialize(args)
         except BaseException as exc:  # noqa: BLE001 - the load fails with any error
-            self.send(p.init_done(_describe(exc), False))
+            self.send(p.init_done(self.describe(exc), False))
             self._running = False
             return
         self.initialized = True
@@ -443,7 +450,7 @@ class Stub:
     def _batch_failed(self, batch_id: int, exc: BaseException) -> None:
         """Every request of the batch gets the error (logged with its traceback)."""
         error = (f"Failed to process the request(s) for model '{self.instance_name}', "
-                 f"message: {_describe(exc)}")
+                 f"message: {self.describe(exc)}")
         self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
         self.send(p.batch_done(batch_id, error, ()) if self.decoupled
                   else p.responses(batch_id, error, (), ()))
@@ -473,7 +480,7 @@ class Stub:
         else:
             code = TritonError.INTERNAL
             message = f"Failed to process the request(s) for model '{self.instance_name}', " \
-                      f"message: {_describe(exc)}"
+                      f"message: {self.describe(exc)}"
         for req in requests:
             with self._open_lock:
                 still_open = req._key in self._open
@@ -495,7 +502,7 @@ class Stub:
                 self.async_loop.submit(result, lambda exc: None).result()
         except BaseException as exc:  # noqa: BLE001 - only logged
             self.log_error(f"sequence_terminated of '{self.instance_name}' failed: "
-                           f"{_describe(exc)}")
+                           f"{self.describe(exc)}")
 
     def _is_ready(self) -> None:
         """The model's `is_ready()` (sync or async), in a thread of its own: the control
@@ -508,7 +515,7 @@ class Stub:
             if not isinstance(ready, bool):
                 raise StubError("is_ready() must return a boolean value")
         except BaseException as exc:  # noqa: BLE001 - not ready, with the reason
-            self.send(p.readiness(_describe(exc), False))
+            self.send(p.readiness(self.describe(exc), False))
             return
         self.send(p.readiness(None, ready))
 
@@ -519,7 +526,7 @@ class Stub:
             try:
                 self.model.finalize()
             except BaseException as exc:  # noqa: BLE001 - finalize errors are only logged
-                self.log_error(f"finalize of '{self.instance_name}' failed: {_describe(exc)}")
+                self.log_error(f"finalize of '{self.instance_name}' failed: {self.describe(exc)}")
         self.send(p.finalized())
         self._running = False
 

@@ -1,18 +1,25 @@
 """What pbserve's built-in backends share: the config's tensors, batching requests
 along dimension 0 (Triton's backends gather a batch's inputs into one tensor and split
-each output back to its requests), responses, and Triton's shape words.
+each output back to its requests), responses, Triton's shape words, and the sequence
+batcher's control inputs and implicit state (`sequence_batching.state`).
 
 Imported in the stub, by the backends' model.py files; numpy and pb_utils only.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
+
+FLAG_SEQUENCE_START = 1  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+FLAG_SEQUENCE_END = 2
+_CONTROL_TYPES = (("int32_false_true", "TYPE_INT32"), ("fp32_false_true", "TYPE_FP32"),
+                  ("bool_false_true", "TYPE_BOOL"))
 
 # config data_type -> numpy dtype (TYPE_STRING: object arrays of bytes)
 NUMPY_TYPES = {
@@ -49,6 +56,83 @@ def tensor_specs(config: dict[str, Any], kind: str) -> list[TensorSpec]:
             tuple(int(d) for d in reshape.get("shape", [])) if reshape is not None else None,
             bool(io.get("optional", False))))
     return specs
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """A `sequence_batching.control_input` tensor: its name, the kind of its (first)
+    control and the data type the sequence batcher gives it."""
+    name: str
+    kind: str
+    data_type: str
+
+
+def control_specs(config: dict[str, Any]) -> list[ControlSpec]:
+    """The sequence batcher's control tensors (START/END/READY/CORRID), which reach the
+    model as inputs of every request named as the config names them."""
+    specs = []
+    for control_input in config.get("sequence_batching", {}).get("control_input", []):
+        for control in control_input.get("control", []):
+            kind = str(control.get("kind", "CONTROL_SEQUENCE_START"))
+            if kind == "CONTROL_SEQUENCE_CORRID":
+                data_type = control.get("data_type", "TYPE_INVALID")
+            else:
+                data_type = next((t for field, t in _CONTROL_TYPES if control.get(field)),
+                                 "TYPE_INVALID")
+            specs.append(ControlSpec(control_input["name"], kind, data_type))
+            break
+    return specs
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """A `sequence_batching.state` entry: the graph's state input and output, and the
+    value the state input has on a sequence's first request (without the batch dim)."""
+    input_name: str
+    output_name: str
+    data_type: str
+    dims: tuple[int, ...]
+    initial: np.ndarray
+
+
+def state_specs(config: dict[str, Any], model_dir: str = "") -> list[StateSpec]:
+    """The config's implicit states. The initial value is `initial_state`'s (zeros, or
+    `<model>/initial_state/<data_file>` in row-major order), else zeros of `dims` with
+    1 for each variable dimension (Triton gives uninitialized data there)."""
+    specs = []
+    for state in config.get("sequence_batching", {}).get("state", []):
+        data_type = state.get("data_type", "TYPE_INVALID")
+        dims = tuple(int(d) for d in state.get("dims", []))
+        initial = _initial_state(state, data_type, dims, model_dir)
+        specs.append(StateSpec(state.get("input_name", ""), state.get("output_name", ""),
+                               data_type, dims, initial))
+    return specs
+
+
+def _initial_state(state: dict[str, Any], data_type: str, dims: tuple[int, ...],
+                   model_dir: str) -> np.ndarray:
+    dtype = NUMPY_TYPES.get(data_type)
+    if dtype is None or dtype is np.object_:
+        raise ValueError(f"unsupported datatype {data_type} for implicit state "
+                         f"'{state.get('input_name', '')}'")
+    initials = state.get("initial_state") or []
+    if not initials:
+        return np.zeros([d if d >= 0 else 1 for d in dims], dtype)
+    initial = initials[0]  # Triton uses the first
+    shape = [int(d) for d in initial.get("dims", [])]
+    if any(d < 0 for d in shape):
+        raise ValueError(f"initial state '{initial.get('name', '')}' must have fixed dims, "
+                         f"got {shape_string(shape)}")
+    data_file = initial.get("data_file")
+    if not data_file:
+        return np.zeros(shape, dtype)
+    path = os.path.join(model_dir, "initial_state", data_file)
+    data = np.fromfile(path, dtype)
+    if data.size != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"initial state '{initial.get('name', '')}': {path} holds "
+                         f"{data.size} elements of {data_type}, dims "
+                         f"{shape_string(shape)} need {int(np.prod(shape))}")
+    return data.reshape(shape)
 
 
 def shape_string(shape: Sequence[int]) -> str:
@@ -92,14 +176,23 @@ class Batcher:
     requests of its batch only, with its message."""
 
     def __init__(self, config: dict[str, Any], run: Run,
-                 describe: Callable[[BaseException], str] = str) -> None:
+                 describe: Callable[[BaseException], str] = str,
+                 states: Sequence[StateSpec] = ()) -> None:
         self.batching = int(config.get("max_batch_size", 0)) > 0
         self.inputs = tensor_specs(config, "input")
         self.outputs = tensor_specs(config, "output")
         self.output_names = [o.name for o in self.outputs]
         self._reshape_out = {o.name: o for o in self.outputs if o.reshape is not None}
+        self.controls = [c.name for c in control_specs(config)]
+        self.states = list(states)
+        # implicit state: correlation id -> {state output name: its last value}
+        self._kept: dict[int | str, dict[str, np.ndarray]] = {}
         self.run = run
         self.describe = describe
+
+    def drop_sequence(self, correlation_id: int | str) -> None:
+        """Forget a sequence's implicit state (it ended without END)."""
+        self._kept.pop(correlation_id, None)
 
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
@@ -131,29 +224,59 @@ class Batcher:
                 batch = (array.shape[0],) if self.batching else ()
                 array = array.reshape(batch + spec.reshape)
             arrays[spec.name] = array
+        for name in self.controls:  # the sequence batcher's, in the config's data type
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                arrays[name] = tensor.as_numpy()
+        if self.states:
+            kept = None
+            if not request.flags() & FLAG_SEQUENCE_START:
+                kept = self._kept.get(request.correlation_id())
+            for state in self.states:
+                value = kept.get(state.output_name) if kept is not None else None
+                if value is None:
+                    value = state.initial[None] if self.batching else state.initial
+                arrays[state.input_name] = value
         return arrays
 
     def _run_group(self, requests: list, gathered: list, indices: list[int],
                    responses: list) -> None:
         wanted = [self._wanted(requests[i]) for i in indices]
         names = [n for n in self.output_names if any(n in w for w in wanted)]
+        computed = names + [s.output_name for s in self.states if s.output_name not in names]
         try:
             if len(indices) == 1:
                 inputs = gathered[indices[0]]
             else:
                 inputs = {name: np.concatenate([gathered[i][name] for i in indices])
                           for name in gathered[indices[0]]}
-            outputs = self.run(inputs, names)
+            outputs = self.run(inputs, computed)
             sizes = [_batch_size(gathered[i]) for i in indices] if self.batching else None
-            pieces = self._split(outputs, names, sizes, len(indices))
+            pieces = self._split(outputs, computed, sizes, len(indices))
         except Exception as exc:  # noqa: BLE001 - the batch's requests fail with it
             for i in indices:
                 responses[i] = self._error(exc)
+                if self.states and requests[i].flags() & FLAG_SEQUENCE_END:
+                    self._kept.pop(requests[i].correlation_id(), None)
             return
+        if self.states:
+            self._keep(requests, indices, pieces)
         for position, i in enumerate(indices):
             responses[i] = pb_utils.InferenceResponse([
                 pb_utils.Tensor(name, pieces[name][position])
                 for name in names if name in wanted[position]])
+
+    def _keep(self, requests: list, indices: list[int],
+              pieces: dict[str, list[np.ndarray]]) -> None:
+        """Each request's state outputs become its sequence's next state inputs (a copy:
+        not a view of the batch's output); the sequence's END drops them."""
+        for position, i in enumerate(indices):
+            corrid = requests[i].correlation_id()
+            if requests[i].flags() & FLAG_SEQUENCE_END:
+                self._kept.pop(corrid, None)
+            else:
+                self._kept[corrid] = {s.output_name: np.array(pieces[s.output_name][position])
+                                      for s in self.states}
 
     def _wanted(self, request) -> set[str]:
         requested = request.requested_output_names()

@@ -5,18 +5,26 @@ logged as it comes (the stub's stdout is line-buffered, stub/debugging.py) with 
 instance's name, stdout at INFO and stderr at WARNING, through the server's log
 settings (so `--log-file` gets them too). One thread per stub reads both pipes until
 both are closed; a last line without a newline is logged at the end.
+
+A line pb_utils.Logger writes itself, before the stub's log channel exists (auto-complete,
+model.py's import, as Triton's stub does to its stderr), has a glog heading of its own
+(`W1128 20:27:18.659269 <pid> model.py:93] text`): it is logged at its level with its
+`file:line] text` under the server's heading, not with two headings.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import selectors
 import threading
 from typing import IO
 
 log = logging.getLogger("pbserve.stub")
 _CHUNK = 65536
+_GLOG = re.compile(r"([IWE])\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ (\S+:\d+\] .*)", re.DOTALL)
+_GLOG_LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR}
 
 
 class StubOutput:
@@ -52,7 +60,11 @@ class StubOutput:
 
     def _log(self, fd: int, line: bytes) -> None:
         text = line.decode(errors="replace").rstrip("\r")
-        log.log(self._levels[fd], "%s] %s", self.instance_name, text)
+        level = self._levels[fd]
+        logged = _GLOG.fullmatch(text)
+        if logged is not None:
+            level, text = _GLOG_LEVELS[logged[1]], logged[2]
+        log.log(level, "%s] %s", self.instance_name, text)
 
     def join(self, timeout: float) -> None:
         """Wait until the stub's output is all logged (its pipes closed)."""

@@ -4,7 +4,8 @@ serving models whose config says `backend: "onnxruntime"` or `platform:
 `<version>/model.onnx` (or `default_model_filename`), with Triton's onnxruntime backend
 semantics: auto-complete from the graph, batching along dimension 0, BYTES as object
 arrays, the session options of Triton's parameters, the CUDA provider for KIND_GPU
-instances when onnxruntime-gpu is installed. See docs/backends.md.
+instances when onnxruntime-gpu is installed, the sequence batcher's control inputs and
+implicit state. See docs/backends.md.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 
 import triton_python_backend_utils as pb_utils
 from pbserve.model_backends import missing_package_message
-from pbserve.model_backends.common import Batcher, compare_dims, int_parameter, tensor_specs
+from pbserve.model_backends.common import (
+    Batcher, compare_dims, control_specs, int_parameter, shape_string, state_specs,
+    tensor_specs)
 
 try:
     import onnxruntime as ort
@@ -100,11 +103,18 @@ class TritonPythonModel:
         elif max_batch_size != 0:
             raise ValueError(f"autofill failed for model '{name}': model does not support "
                              "batching while non-zero max_batch_size is specified")
+        # the sequence batcher's control tensors and the implicit state are graph inputs
+        # (and outputs) that are not the config's
+        sequence = {c.name for c in control_specs(config)}
+        for state in config.get("sequence_batching", {}).get("state", []):
+            sequence.update((state.get("input_name"), state.get("output_name")))
         for kind, infos, add in (("input", inputs, auto_complete_model_config.add_input),
                                  ("output", outputs, auto_complete_model_config.add_output)):
             if config.get(kind):
                 continue
             for tensor, (data_type, dims) in infos.items():
+                if tensor in sequence:
+                    continue
                 dims = dims[1:] if max_batch_size > 0 else dims
                 add({"name": tensor, "data_type": data_type, "dims": dims or [1]})
                 if not dims and max_batch_size > 0:  # a scalar per batch item
@@ -119,7 +129,8 @@ class TritonPythonModel:
         self._validate()
         self.strings = {i.name for i in tensor_specs(self.config, "input")
                         if i.data_type == "TYPE_STRING"}
-        self.batcher = Batcher(self.config, self._run, describe)
+        self.batcher = Batcher(self.config, self._run, describe,
+                               state_specs(self.config, args.get("model_repository", "")))
 
     def _options(self):
         options = ort.SessionOptions()
@@ -157,9 +168,14 @@ class TritonPythonModel:
         max_batch_size = int(self.config.get("max_batch_size", 0))
         inputs, outputs = _io(self.session.get_inputs()), _io(self.session.get_outputs())
         specs = tensor_specs(self.config, "input")
-        if len(inputs) != len(specs):
+        controls = control_specs(self.config)
+        for control in controls:
+            self._validate_control(control.name, control.data_type, inputs, max_batch_size)
+        states = self.config.get("sequence_batching", {}).get("state", [])
+        expected = len(specs) + len(controls) + len(states)
+        if len(inputs) != expected:
             raise ValueError(f"unable to load model '{self.name}', configuration expects "
-                             f"{len(specs)} inputs, model provides {len(inputs)}")
+                             f"{expected} inputs, model provides {len(inputs)}")
         for kind, found, specs in (("input", inputs, specs),
                                    ("output", outputs, tensor_specs(self.config, "output"))):
             for spec in specs:
@@ -181,6 +197,40 @@ class TritonPythonModel:
                         f"{data_type}")
                 if shape:
                     compare_dims(self.name, spec.name, shape, spec.model_dims, max_batch_size)
+        for state in states:
+            for kind, key, found in (("input", "input_name", inputs),
+                                     ("output", "output_name", outputs)):
+                name, data_type = state.get(key, ""), state.get("data_type", "TYPE_INVALID")
+                if name not in found:
+                    raise ValueError(f"unexpected inference {kind} state '{name}', allowed "
+                                     f"{kind}s are: {', '.join(sorted(found))}")
+                if data_type not in _LOADABLE_TYPES or data_type == "TYPE_STRING":
+                    raise ValueError(f"unsupported datatype {data_type} for {kind} state "
+                                     f"'{name}' for model '{self.name}'")
+                if found[name][0] != data_type:
+                    raise ValueError(
+                        f"unable to load model '{self.name}', configuration expects datatype "
+                        f"{data_type} for {kind} state '{name}', model provides "
+                        f"{found[name][0]}")
+
+    def _validate_control(self, name: str, data_type: str,
+                          inputs: dict[str, tuple[str, list[int]]],
+                          max_batch_size: int) -> None:
+        """Triton's Validate{Boolean,Typed}SequenceControl: the graph has the control
+        input, of dims [1] past the batch dimension and of the config's data type."""
+        if name not in inputs:
+            raise ValueError(f"configuration specified sequence control '{name}', but model "
+                             "does not provide that input")
+        graph_type, shape = inputs[name]
+        debatched = shape[1:] if max_batch_size > 0 else shape
+        if len(debatched) != 1 or debatched[0] not in (1, -1):
+            raise ValueError(f"unable to load model '{self.name}', sequence control '{name}' "
+                             f"in model has dims {shape_string(debatched)} but dims [1] is "
+                             "expected")
+        if graph_type != data_type:
+            raise ValueError(f"unable to load model '{self.name}', sequence control '{name}', "
+                             f"the model expects data-type {graph_type} but the model "
+                             f"configuration specifies data-type {data_type}")
 
     def _run(self, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
         feed = {}
@@ -194,6 +244,10 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return self.batcher.execute(requests)
+
+    def sequence_terminated(self, correlation_id, reason):
+        """A sequence ended without END (idle, cancelled, unload): its state goes."""
+        self.batcher.drop_sequence(correlation_id)
 
     def finalize(self):
         self.session = None

@@ -5,8 +5,9 @@ TorchScript models (`platform: "pytorch_libtorch"` or `backend: "pytorch"`, or a
 forward() argument names, else `<name>__<index>`, else the config's order) and outputs
 (`<name>__<index>`, else the config's order), a single Dict(str, Tensor) argument,
 the DISABLE_OPTIMIZED_EXECUTION and INFERENCE_MODE parameters, batching along dimension
-0, KIND_GPU instances on their CUDA device. The config must name inputs and outputs (no
-auto-complete, as in Triton). See docs/backends.md.
+0, KIND_GPU instances on their CUDA device, the sequence batcher's control inputs and
+implicit state. The config must name inputs and outputs (no auto-complete, as in
+Triton). See docs/backends.md.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 
 import triton_python_backend_utils as pb_utils
 from pbserve.model_backends import missing_package_message
-from pbserve.model_backends.common import Batcher, bool_parameter, tensor_specs
+from pbserve.model_backends.common import (
+    Batcher, bool_parameter, control_specs, state_specs, tensor_specs)
 
 try:
     import torch
@@ -63,12 +65,14 @@ class TritonPythonModel:
         self.inference_mode = bool_parameter(self.config, "INFERENCE_MODE", True)
         self.inputs = tensor_specs(self.config, "input")
         self.outputs = tensor_specs(self.config, "output")
+        self.controls = [c.name for c in control_specs(self.config)]
+        self.states = state_specs(self.config, args.get("model_repository", ""))
         self._map_inputs()
         self._check_types("input", self.inputs)
         self._map_outputs()
         # inputs are views of shared memory, which torch only reads here
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        self.batcher = Batcher(self.config, self._run)
+        self.batcher = Batcher(self.config, self._run, states=self.states)
 
     def _map_inputs(self) -> None:
         """Triton's ValidateInputs and naming convention: where each config input goes
@@ -92,12 +96,15 @@ class TritonPythonModel:
                 raise ValueError(
                     f"An input of type '{kind}' was detected in the model. Only a single input "
                     "of type Dict(str, Tensor) or input(s) of type Tensor are supported.")
-        if len(arguments) != len(self.inputs):
+        sequence = self.controls + [s.input_name for s in self.states]
+        expected = len(self.inputs) + len(sequence)
+        if len(arguments) != expected:
             raise ValueError(f"unable to load model '{self.name}', configuration expects "
-                             f"{len(self.inputs)} inputs, model provides {len(arguments)}")
+                             f"{expected} inputs, model provides {len(arguments)}")
         allowed = [a.name for a in arguments]
         names = [i.name for i in self.inputs]
-        if all(n in allowed for n in names):
+        by_argument = all(n in allowed for n in names)
+        if by_argument:
             self.input_index = {n: allowed.index(n) for n in names}
         elif all(_index(n) is not None for n in names):
             self.input_index = {n: _index(n) for n in names}
@@ -107,6 +114,16 @@ class TritonPythonModel:
                 "nor do they follow the <name>__<index> naming convention. Falling back to "
                 "enforcing strict ordering from model configuration.")
             self.input_index = {n: i for i, n in enumerate(names)}
+        # control and state inputs: by <name>__<index> (Triton), or by a forward()
+        # argument's name when the config's inputs are named so
+        for name in sequence:
+            if by_argument and name in allowed:
+                self.input_index[name] = allowed.index(name)
+            elif _index(name) is not None:
+                self.input_index[name] = _index(name)
+            else:
+                raise ValueError(f"input '{name}' does not follow <name>__<index> naming "
+                                 "convention.")
         self.arity = len(arguments)
 
     def _map_outputs(self) -> None:
@@ -120,6 +137,19 @@ class TritonPythonModel:
         else:
             self.output_index = {n: i for i, n in enumerate(names)}
         self.output_types = {o.name: o.data_type.removeprefix("TYPE_") for o in self.outputs}
+        for state in self.states:  # always <name>__<index> (Triton)
+            index = _index(state.output_name)
+            if index is None:
+                raise ValueError(
+                    f"PyTorch model '{self.name}' is using sequence batching with state but "
+                    f"state '{state.output_name}' does not follow the <name>__<index> naming "
+                    "convention. ")
+            if state.data_type not in _CONFIG_TYPES or state.data_type == "TYPE_STRING":
+                raise ValueError(f"unsupported datatype {state.data_type} for state "
+                                 f"'{state.output_name}' for model '{self.name}'")
+            self.output_index.setdefault(state.output_name, index)
+            self.output_types.setdefault(state.output_name,
+                                         state.data_type.removeprefix("TYPE_"))
 
     def _check_types(self, kind: str, specs) -> None:
         """Triton's ValidateInputs / ValidateOutputs: each tensor's data type must be one
@@ -173,6 +203,10 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return self.batcher.execute(requests)
+
+    def sequence_terminated(self, correlation_id, reason):
+        """A sequence ended without END (idle, cancelled, unload): its state goes."""
+        self.batcher.drop_sequence(correlation_id)
 
     def finalize(self):
         self.module = None
