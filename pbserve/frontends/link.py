@@ -92,8 +92,9 @@ class FrontendLink:
         self.started.set()
 
     def _on_regions_gone(self, message: tuple) -> None:
+        """The frontend trimmed its pool: the core's upkeep unmaps these regions here
+        and in the stubs (ShmPeers.regions_gone)."""
         _, names = message
-        self._regions.drop(names)
         self.on_regions_gone(self, names)
 
     def _on_infer(self, message: tuple) -> None:
