@@ -34,10 +34,12 @@ class FakeHandle:
     def expect(self) -> None:
         self._core.expect_request(self._name, self._version)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, descs: tuple | None = None
+                    ) -> InferResponse:
         return await self._core.infer(request)
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+    def stream_infer(self, request: InferRequest, descs: tuple | None = None
+                     ) -> AsyncIterator[InferResponse]:
         return self._core.stream_infer(request)
 
 

@@ -38,12 +38,16 @@ class ModelHandle(Protocol):
         or None; ServerError when the file cannot be read (core/output_labels.py)."""
         ...
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """As `InferenceCore.infer`, for this model."""
+    async def infer(self, request: InferRequest, descs: tuple | None = None
+                    ) -> InferResponse:
+        """As `InferenceCore.infer`, for this model. `descs`: the inputs already lie in
+        another process's shm (a frontend process's pool), as these descriptors: a
+        handle may pass them on instead of copying (or ignore them: `data` views them)."""
         ...
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """As `InferenceCore.stream_infer`, for this model."""
+    def stream_infer(self, request: InferRequest, descs: tuple | None = None
+                     ) -> AsyncIterator[InferResponse]:
+        """As `InferenceCore.stream_infer`, for this model; `descs` as for `infer`."""
         ...
 
 

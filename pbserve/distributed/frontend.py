@@ -348,8 +348,11 @@ class PlaneModel:
                     f"the worker's own HTTP or gRPC endpoint for its classification")
         return None
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, descs: tuple | None = None
+                    ) -> InferResponse:
+        """`descs` unused: the inputs are sent by value (their `data`)."""
         return await self._plane.infer(request)
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+    def stream_infer(self, request: InferRequest, descs: tuple | None = None
+                     ) -> AsyncIterator[InferResponse]:
         return self._plane.stream_infer(request)

@@ -188,7 +188,7 @@ class FrontendLink:
                      descs: tuple) -> None:
         try:
             handle = self._core.model_handle(model, version)
-            response = await handle.infer(request, descs)  # type: ignore[call-arg]
+            response = await handle.infer(request, descs)
         except ServerError as err:
             request.release_shm()
             self._send_error(rid, model, request.id, err)
@@ -209,7 +209,7 @@ class FrontendLink:
         final = False
         try:
             handle = self._core.model_handle(model, version)
-            stream = handle.stream_infer(request, descs)  # type: ignore[call-arg]
+            stream = handle.stream_infer(request, descs)
             async with contextlib.aclosing(stream):  # type: ignore[type-var]
                 async for response in stream:
                     final = response.final

@@ -438,10 +438,12 @@ class LinkedModel:
     def output_labels(self, output: str) -> list[bytes] | None:
         return self._core._ask("output_labels", self._name, self._version, output)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, descs: tuple | None = None
+                    ) -> InferResponse:
         return await self._core.infer(request)
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+    def stream_infer(self, request: InferRequest, descs: tuple | None = None
+                     ) -> AsyncIterator[InferResponse]:
         return self._core.stream_infer(request)
 
 
