@@ -34,6 +34,7 @@ DEFAULT_GROWTH = 1 * MIB  # Triton's shm-growth-byte-size
 _MIN_CLASS = 64
 _POW2_LIMIT = 256 * 1024
 _LARGE_STEP = 64 * 1024
+PAGE = 4096  # what `prepare` faults in: the first request's small blocks lie there
 
 
 def size_class(nbytes: int) -> int:
@@ -148,6 +149,19 @@ class Pool:
                 self._free[cls] = [key]
             else:
                 free.append(key)
+
+    def prepare(self, touch: int = PAGE) -> str:
+        """Make the first region now rather than on the first allocation, its first
+        `touch` bytes written so that their pages are faulted in (the rest are only
+        reserved); its name. Nothing to do when the pool already has one."""
+        with self._lock:
+            if self._regions:
+                return next(iter(self._regions))
+            region = self._new_region(self.default_size)
+            self._current, self._bump = region, 0
+            touched = min(touch, region.size)
+            region.map[:touched] = bytes(touched)
+        return region.name
 
     def _carve(self, cls: int) -> tuple[str, int]:
         region = self._current

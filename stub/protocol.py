@@ -55,7 +55,8 @@ TRIM = 13         # control queue: (TRIM,): /dev/shm is short; give back every e
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
-INIT_DONE = 102   # (INIT_DONE, error: str | None, has_is_ready: bool)
+INIT_DONE = 102   # (INIT_DONE, error: str | None, has_is_ready: bool, warm: tuple[str]):
+#   warm = the stub's regions the parent maps before READY (its pool's first)
 RESPONSES = 103   # (RESPONSES, batch_id, error: str | None,
 #                    responses: tuple[(key, ResponseMsg | None)], rescheduled: tuple[key]):
 #                    rescheduled = keys released with RESCHEDULE (not complete)
@@ -207,8 +208,8 @@ def ready(pid: int, pool_prefix: str) -> tuple:
     return (READY, pid, pool_prefix)
 
 
-def init_done(error: str | None, has_is_ready: bool) -> tuple:
-    return (INIT_DONE, error, has_is_ready)
+def init_done(error: str | None, has_is_ready: bool, warm: tuple[str, ...] = ()) -> tuple:
+    return (INIT_DONE, error, has_is_ready, warm)
 
 
 def responses(batch_id: int, error: str | None, answers: tuple, rescheduled: tuple

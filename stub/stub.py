@@ -29,7 +29,7 @@ from backend_utils.request import InferenceRequest
 from backend_utils.trace import InferenceTrace
 from shm.cuda_region import is_cuda_token
 from shm.doorbell import ring
-from shm.pool import Pool, RegionMap, ShmSizes
+from shm.pool import Block, Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
 from stub.protocol import REQ_KEY
@@ -61,6 +61,9 @@ CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true
 FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"  # Triton's; "no": GPU inputs
 
 LOG_ERROR = 2
+WARM_KEY = -1  # the synthetic request of `_warm_up` (the parent's keys count from 1)
+WARM_BYTES = 64  # ... and its input: a small block, as a first request's
+WARM_POLL_NS = 20_000  # ... and its poll of the main queue (an announced request's)
 
 
 def queue_names(prefix: str) -> tuple[str, str, str]:
@@ -376,7 +379,57 @@ class Stub:
             self._running = False
             return
         self.initialized = True
-        self.send(p.init_done(None, hasattr(self.model, "is_ready")))
+        self.send(p.init_done(None, hasattr(self.model, "is_ready"), self._warm_up()))
+
+    def _warm_up(self) -> tuple[str, ...]:
+        """Before READY, what a first request would do for the first time, so that it
+        costs what the tenth does (issue 43): the pool's first region made and its first
+        page faulted in, and the request path run once (and with it, in a forked stub,
+        the zygote's pages it writes copied) on a synthetic request that `_echo`
+        answers: never the model's `execute`. Nothing is sent. The regions the parent
+        may map now; () if anything failed (the first request meets it again)."""
+        try:
+            region = self.pool.prepare()
+            source = self.pool.alloc(WARM_BYTES)
+            try:
+                self._warm_request(source)
+            finally:
+                self.regions.drop([source.region])  # mapped by name, as a parent's region
+                self.pool.free(source.region, source.offset)
+                self.request_closed(WARM_KEY)
+        except Exception:  # noqa: BLE001 - only a head start: the first request tells
+            return ()
+        return (region,)
+
+    def _warm_request(self, source: Block) -> None:
+        """`on_execute`'s steps on a request whose input is `source`, answered by `_echo`;
+        its output block freed again."""
+        self._time_gap()
+        self._expect_request(WARM_POLL_NS)
+        desc = ("INPUT", "FP32", (source.nbytes // 4,), source.region, source.offset,
+                source.nbytes)
+        msg = p.request_msg(key=WARM_KEY, request_id="", correlation_id=0, flags=0,
+                            parameters_json="{}", timeout_us=0, requested=None,
+                            inputs=(desc,), lendable=False, output_shm=None)
+        _, batch_id, requests, _ = p.decode(p.encode(p.execute(0, (msg,), ())))
+        self.runtime.all_cancelled([r[REQ_KEY] for r in requests])
+        built = [self._request(r, []) for r in requests]
+        context = CURRENT_KEYS.set(tuple([r._key for r in built]))
+        try:
+            returned = _echo(built)
+            inspect.iscoroutine(returned)
+            responses = check_returned(returned, len(built), False, self.instance_name)
+            _rescheduled(built, responses)
+            msgs = tuple([(req._key, response_msg(resp, req._requested_output_names,
+                                                  self.memory, req._output_shm,
+                                                  req._gpu_outputs))
+                          for req, resp in zip(built, responses)])
+        finally:
+            CURRENT_KEYS.reset(context)
+        p.encode(p.responses(batch_id, None, msgs, ()))
+        for _, answer in msgs:
+            for output in answer[1]:
+                self.pool.free(output[3], output[4])
 
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
@@ -536,6 +589,14 @@ class Stub:
         self.pool.close()
         self.regions.close()
         self.gpu.close()
+
+
+def _echo(requests: list[InferenceRequest]) -> list:
+    """What `_warm_up` runs in place of `execute`: each request's input as its output,
+    through the pb_utils calls a model makes."""
+    return [backend_utils.InferenceResponse(output_tensors=[backend_utils.Tensor(
+        "OUTPUT", backend_utils.get_input_tensor_by_name(r, "INPUT").as_numpy())])
+        for r in requests]
 
 
 async def _on_behalf_of(keys: tuple, coroutine):

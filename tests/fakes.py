@@ -31,8 +31,13 @@ class FakeHandle:
         self.decoupled = core.is_decoupled(name, version)  # NOT_FOUND as the core says
         self._core, self._name, self._version = core, name, version
 
+    batched = False  # the fake models' tensors have no batch dimension
+
     def expect(self) -> None:
         self._core.expect_request(self._name, self._version)
+
+    def output_labels(self, output: str) -> None:
+        return None
 
     async def infer(self, request: InferRequest, descs: tuple | None = None
                     ) -> InferResponse:
@@ -243,3 +248,59 @@ def assert_all_released(core: FakeCore) -> None:
     while core.released != core.made and time.monotonic() < deadline:
         time.sleep(0.005)
     assert core.released == core.made, "a response was not released"
+
+
+class LinkedCore:
+    """`core` as a frontend process reaches it (pbserve/frontends/): a FrontendLink
+    serves it on an event loop thread of its own (the core process's), and `frontend`
+    is the LinkedCore a frontend's servers use, over real shm queues and pools. `stop`
+    ends both ends and removes the shm."""
+
+    def __init__(self, core: Any) -> None:
+        from pbserve.frontends.calls import CoreCalls
+        from pbserve.frontends.channel import CoreEnd
+        from pbserve.frontends.link import FrontendLink
+        from shm.pool import RegionMap
+
+        from pbserve.core.memory.block_refs import BlockRefs
+        from pbserve.core.stub_calls.remote import in_parent_blocks
+        from shm import Pool
+        from shm.names import new_prefix
+
+        self.channel = CoreEnd.create()
+        self.pool = Pool(new_prefix() + "-core")  # outputs too large for a message
+        refs = BlockRefs(self.pool)
+        self.link = FrontendLink("test", self.channel, core, RegionMap(),
+                                 lambda response: in_parent_blocks(response, refs),
+                                 CoreCalls(lambda _changes: None))
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(self.link.start)
+            self.loop.call_soon(started.set)
+            self.loop.run_forever()
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert started.wait(10)
+
+    def frontend(self) -> Any:
+        """The frontend's end, made on the frontend's loop (call it there)."""
+        from pbserve.frontends.channel import FrontendEnd
+        from pbserve.frontends.linked_core import LinkedCore as Linked
+        from shm import Pool
+
+        self.linked = Linked(FrontendEnd.attach(self.channel.spec()),
+                             Pool(self.channel.prefix + "-p"))
+        self.linked.start()
+        return self.linked
+
+    def stop(self) -> None:
+        """After the frontend's servers closed (its end is closed on its loop first)."""
+        asyncio.run_coroutine_threadsafe(self.link.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+        self.channel.close()
+        self.pool.close()

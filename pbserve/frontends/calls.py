@@ -19,6 +19,7 @@ from typing import Any
 from pbserve.core.api import InferenceCore
 from pbserve.core.observability.tracing import TRACER
 from pbserve.errors import ErrorCode, ServerError
+from pbserve.server import statistics
 
 log = logging.getLogger("pbserve.frontends")
 
@@ -34,9 +35,9 @@ def _labels(core: InferenceCore, name: str, version: str, output: str) -> Any:
     return core.model_handle(name, version).output_labels(output)
 
 
-def _statistics(core: InferenceCore, name: str, version: str) -> Any:
-    own = getattr(core, "model_statistics", None)
-    return None if own is None else own(name, version)
+async def _statistics(core: InferenceCore, name: str, version: str) -> Any:
+    """The model's statistics as the in-process frontends answer them."""
+    return (await statistics.model(core, name, version))["model_stats"]
 
 
 def _trace_setting(core: InferenceCore, model: str, changes: dict | None) -> dict:

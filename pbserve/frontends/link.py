@@ -61,6 +61,7 @@ class FrontendLink:
             fp.INFER: self._on_infer, fp.CANCEL: self._on_cancel,
             fp.RELEASE: self._on_release, fp.CALL: self._on_call,
             fp.REGIONS_GONE: self._on_regions_gone, fp.STARTED: self._on_started,
+            fp.EXPECT: self._on_expect,
         }
         self.started = asyncio.Event()  # the frontend serves its endpoints
         self.on_regions_gone: Callable[[FrontendLink, tuple], None] = lambda _l, _n: None
@@ -87,6 +88,14 @@ class FrontendLink:
                 handlers[message[0]](message)
             except Exception:  # one bad message must not stop the others
                 log.exception("frontend %s: message %r failed", self.name, message[0])
+
+    def _on_expect(self, message: tuple) -> None:
+        """A request for the model is being decoded: its idle instance may get ready."""
+        _, model, version = message
+        try:
+            self._core.model_handle(model, version).expect()
+        except ServerError:
+            pass  # the request itself gets the error
 
     def _on_started(self, message: tuple) -> None:
         self.started.set()
@@ -300,9 +309,16 @@ class FrontendLink:
         if error is not None:  # a third field: raised before the model
             wire_error = (int(error.code), error.message, True) if raised \
                 else (int(error.code), error.message)
-        self.channel.send(fp.response(
-            rid, token, response.model_name, response.model_version, response.id,
-            tuple(outputs), params, wire_error, response.final, done))
+        message = fp.response(rid, token, response.model_name, response.model_version,
+                              response.id, tuple(outputs), params, wire_error,
+                              response.final, done)
+        try:
+            self.channel.send(message)
+        except ValueError as err:  # outputs in process memory too large for the queue
+            self._on_release((fp.RELEASE, (token,)))
+            self.channel.send(fp.response(
+                rid, NO_TOKEN, response.model_name, response.model_version, response.id,
+                (), "{}", (int(ErrorCode.INTERNAL), str(err)), response.final, done))
 
     def _outputs(self, response: InferResponse) -> tuple[list[tuple], InferResponse]:
         """The outputs' descriptors (a response whose outputs are in process memory and
@@ -311,7 +327,9 @@ class FrontendLink:
         inline = sum(len(memoryview(t.data).cast("B")) for t in response.outputs
                      if t.shm is None and t.name not in descs)
         if inline > INLINE_MAX and self._in_core_blocks is not None:
-            response = self._in_core_blocks(response)
+            copied = self._in_core_blocks(response)
+            response.release()  # its outputs are in the core's pool now
+            response = copied
             descs = {d[0]: d for d in response._descs}
         outputs = []
         for t in response.outputs:

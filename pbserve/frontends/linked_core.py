@@ -122,6 +122,10 @@ class LinkedCore:
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return self._ask("model_config", name, version)
 
+    def expect(self, name: str, version: str) -> None:
+        if not self._calls:
+            self._channel.send(fp.expect(name, version))
+
     def input_placer(self) -> LinkedCore:
         return self
 
@@ -263,15 +267,20 @@ class LinkedCore:
                     raise response.error
                 yield response
         finally:
-            if not final:
+            if not final or not call.queue.empty():
                 self._leave(rid, call)
 
     def _leave(self, rid: int, call: _Call) -> None:
-        """The request's reader is gone: the core cancels it (the model sees it)."""
+        """The request's reader is gone: the core cancels it (the model sees it), and
+        the responses that came and were not read are given back."""
         if not call.closed:
             call.closed = True
             self._calls.pop(rid, None)
             self._channel.send(fp.cancel(rid))
+        while call.queue is not None and not call.queue.empty():
+            unread = call.queue.get_nowait()
+            if isinstance(unread, InferResponse):
+                unread.release()
 
     # -- what the core sends --------------------------------------------------------------
     def _on_messages(self, batch: list) -> None:
@@ -433,7 +442,10 @@ class LinkedModel:
         self.batched = batched
 
     def expect(self) -> None:
-        """The core wakes the instance when the request arrives."""
+        """The hint goes to the core when this frontend has no request in flight (an
+        idle server: the instance gets ready while the request is decoded); under load
+        the instances are busy anyway, and the hint would cost the core a wake-up."""
+        self._core.expect(self._name, self._version)
 
     def output_labels(self, output: str) -> list[bytes] | None:
         return self._core._ask("output_labels", self._name, self._version, output)

@@ -14,6 +14,8 @@ Up (frontend -> core):
 - CALL: call id, method, args: anything else a frontend asks (calls.py)
 - REGIONS_GONE: the frontend trimmed these pool regions (stubs unmap them)
 - STARTED: the frontend serves its endpoints (the server is ready once all do)
+- EXPECT: model, version: a request for it is being decoded (the core's hint to an idle
+  instance; sent only while the frontend has no request in flight)
 
 Down (core -> frontend):
 - RESPONSE: request id, token, model, version, id, outputs, parameters (JSON), error
@@ -44,6 +46,7 @@ RELEASE = 3
 CALL = 4
 REGIONS_GONE = 5
 STARTED = 6
+EXPECT = 7
 RESPONSE = 21
 INPUTS_DONE = 22
 REPLY = 23
@@ -83,6 +86,10 @@ def release(tokens: tuple) -> tuple:
 
 def call(call_id: int, method: str, args: tuple) -> tuple:
     return (CALL, call_id, method, args)
+
+
+def expect(model: str, version: str) -> tuple:
+    return (EXPECT, model, version)
 
 
 def started() -> tuple:

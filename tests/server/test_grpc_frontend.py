@@ -151,23 +151,38 @@ class FakeCore(fakes.FakeCore):
 # --- fixtures --------------------------------------------------------------------------
 
 class ServerThread(fakes.ServerThread):
-    def __init__(self, transport: str) -> None:
+    """`linked`: the server reaches the core as a frontend process does
+    (--frontend-processes, over shm)."""
+
+    def __init__(self, transport: str, linked: bool = False) -> None:
         self.transport = transport
-        super().__init__(FakeCore())  # on uvloop
+        core = FakeCore()
+        self.linked = fakes.LinkedCore(core) if linked else None
+        super().__init__(core)  # on uvloop
         self.url = f"127.0.0.1:{self.server.port}"
 
     async def start(self) -> None:
-        self.server = await start_grpc_server(self.core, "127.0.0.1", 0,
+        served = self.linked.frontend() if self.linked is not None else self.core
+        self.server = await start_grpc_server(served, "127.0.0.1", 0,
                                               transport=self.transport)
 
     async def close(self) -> None:
         await self.server.close(1.0)
+        if self.linked is not None:
+            self.linked.linked.close()
+
+    def stop(self) -> None:
+        super().stop()
+        if self.linked is not None:
+            self.linked.stop()
 
 
-# Every test of this module runs on each gRPC transport (--grpc-transport).
-@pytest.fixture(scope="module", params=TRANSPORTS)
+# Every test of this module runs on each gRPC transport (--grpc-transport), and on zttp
+# in a frontend process's place (--frontend-processes needs zttp).
+@pytest.fixture(scope="module", params=[*TRANSPORTS, "frontend-process"])
 def server(request):
-    running = ServerThread(request.param)
+    linked = request.param == "frontend-process"
+    running = ServerThread("zttp" if linked else request.param, linked=linked)
     yield running
     running.stop()
 
@@ -266,7 +281,9 @@ def test_large_inputs_are_split_off_the_message_and_round_trip(client, server):
         channel.close()
     assert reply.id == "split-2" and reply.raw_output_contents[0] == big.tobytes()
     placer = server.core.placer
-    if server.transport == "zttp":  # gathered field by field, each placed buffer given back
+    # gathered field by field, each placed buffer given back (a frontend process places
+    # into its own pool, not the core's placer)
+    if server.transport == "zttp" and server.linked is None:
         assert (len(placer.placed) - placed_before, len(placer.dropped) - dropped_before) == (4, 4)
     assert [(o.name, o.datatype, list(o.shape)) for o in reply.outputs] == [
         ("OUT_big", "INT32", list(big.shape))]

@@ -145,17 +145,29 @@ class StubSupervisor:
             self.stub.send(p.init(self._init_args, self.spec.model_path, self.decoupled,
                                   self.spec.backend_path))
             # No time limit: a model may load for long; a stub that dies ends the wait.
-            _, error, has_is_ready = await self._expect(p.INIT_DONE, "initialize", None)
+            _, error, has_is_ready, warm = await self._expect(p.INIT_DONE, "initialize",
+                                                              None)
             if error is not None:
                 # Triton's words: the manager prefixes "load failed for model ..."
                 raise ServerError(ErrorCode.INVALID_ARG, f"Internal: {error}")
             self.readiness.defined = bool(has_is_ready)
+            self._map_ahead(warm)
         except BaseException:
             await self._discard_stub()
             self.state = InstanceState.STOPPED
             raise
         self.state = InstanceState.READY
         self._host.stub_started()
+
+    def _map_ahead(self, names: tuple[str, ...]) -> None:
+        """Map the stub's regions that its first responses will name (its pool's first)
+        and fault in their first page, before READY: the first request then costs what
+        the tenth does (issue 43). A head start only: a failure is passed over."""
+        for name in names:
+            try:
+                self._regions.view(name, 0, 1)[0]
+            except Exception:  # noqa: BLE001 - the first response maps it, or says why
+                pass
 
     async def launch(self) -> None:
         """Start the stub process and wait for its handshake (no model code runs yet)."""
