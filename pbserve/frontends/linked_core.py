@@ -74,6 +74,7 @@ class LinkedCore:
         self._inputs: dict[int, list[Block]] = {}  # requests whose inputs the core reads
         self._answers: dict[int, asyncio.Future] = {}
         self._sync_answers: dict[int, tuple] = {}
+        self._sync_waits: set[int] = set()  # calls `_ask` waits for
         self._releases: list[int] = []  # tokens of responses written, not yet told
         self._release_timer = False
         self._handles: dict[tuple[str, str], tuple[float, bool, bool]] = {}
@@ -381,7 +382,8 @@ class LinkedCore:
         _, call_id, error, value = message
         future = self._answers.pop(call_id, None)
         if future is None:
-            self._sync_answers[call_id] = (error, value)
+            if call_id in self._sync_waits:  # else its caller was cancelled: dropped
+                self._sync_answers[call_id] = (error, value)
             return
         if future.done():
             return
@@ -405,13 +407,17 @@ class LinkedCore:
         self._send_call(call_id, method, args)
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         answers = self._sync_answers
-        while call_id not in answers:
-            left = deadline - time.monotonic()
-            message = self._channel.get(left) if left > 0 else None
-            if message is None:
-                raise unavailable(f"the core did not answer '{method}' within "
-                                  f"{ANSWER_TIMEOUT_S:.0f} s")
-            self._handlers[message[0]](message)
+        self._sync_waits.add(call_id)
+        try:
+            while call_id not in answers:
+                left = deadline - time.monotonic()
+                message = self._channel.get(left) if left > 0 else None
+                if message is None:
+                    raise unavailable(f"the core did not answer '{method}' within "
+                                      f"{ANSWER_TIMEOUT_S:.0f} s")
+                self._handlers[message[0]](message)
+        finally:
+            self._sync_waits.discard(call_id)
         error, value = answers.pop(call_id)
         if error is not None:
             raise ServerError(ErrorCode(error[0]), error[1])
