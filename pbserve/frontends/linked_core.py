@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from pbserve.core.latency.spare_cpu import MACHINE
 from pbserve.core.memory.shm_upkeep import shm_room
 from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
@@ -35,6 +36,7 @@ ANSWER_TIMEOUT_S = 30.0  # a call the core does not answer within this fails
 HANDLE_TTL_S = 1.0
 TRIM_INTERVAL_S = 1.0
 RELEASE_DELAY_S = 0.005  # a response written waits this long for a request to ride on
+ANSWER_WATCH_NS = 1_000_000  # a lone request's answer is polled for this long
 
 
 class _Call:
@@ -245,6 +247,8 @@ class LinkedCore:
             rid, stream, request.model_name, request.model_version, request.id,
             tuple(inputs), requested, params, request.correlation_id, request.flags,
             request.priority, request.timeout_us, headers, output_shm, releases))
+        if len(self._calls) == 1 and MACHINE.spare():  # a lone request on an idle machine
+            self._channel.watch(ANSWER_WATCH_NS)
         return rid, call
 
     async def infer(self, request: InferRequest) -> InferResponse:
