@@ -411,7 +411,7 @@ class Stub:
         msg = p.request_msg(key=WARM_KEY, request_id="", correlation_id=0, flags=0,
                             parameters_json="{}", timeout_us=0, requested=None,
                             inputs=(desc,), lendable=False, output_shm=None)
-        _, batch_id, requests, _ = p.decode(p.encode(p.execute(0, (msg,), ())))
+        requests = p.decode(p.encode((msg,)))  # as an EXECUTE brings them
         self.runtime.all_cancelled([r[REQ_KEY] for r in requests])
         built = [self._request(r, []) for r in requests]
         context = CURRENT_KEYS.set(tuple([r._key for r in built]))
@@ -426,7 +426,7 @@ class Stub:
                           for req, resp in zip(built, responses)])
         finally:
             CURRENT_KEYS.reset(context)
-        p.encode(p.responses(batch_id, None, msgs, ()))
+        p.encode(p.responses(0, None, msgs, ()))
         for _, answer in msgs:
             for output in answer[1]:
                 self.pool.free(output[3], output[4])

@@ -326,3 +326,19 @@ def test_has_spare_says_whether_a_trim_may_yet_give_a_region_back(make_pool):
         pool.trim()
     assert not pool.has_spare()
     assert pool.total_bytes <= 64 * KIB
+
+
+def test_prepare_makes_the_first_region_ahead_and_the_first_blocks_come_from_it(make_pool):
+    """What a stub does before READY (stub/stub.py `_warm_up`): the first region made,
+    once; an idle stub still has nothing to trim, and a trim keeps it."""
+    pool = make_pool(default_size=64 * KIB, growth_size=128 * KIB)
+    name = pool.prepare()
+    assert pool.total_bytes == 64 * KIB
+    assert pool.view(Block(name, 0, 4 * KIB)).tobytes() == bytes(4 * KIB)
+    assert pool.prepare() == name and pool.total_bytes == 64 * KIB
+    assert not pool.has_spare()
+    block = pool.alloc(100)
+    assert (block.region, block.offset) == (name, 0)
+    pool.free(block.region, block.offset)
+    for _ in range(3):
+        assert pool.trim() == []
