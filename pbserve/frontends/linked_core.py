@@ -23,12 +23,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pbserve.core.latency.spare_cpu import MACHINE
-from pbserve.core.memory.shm_upkeep import shm_room
 from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
+from pbserve.frontends.placer import FrontendPlacer, PlacedInFrontend
 from shm import Block, Pool, ShmExhausted
 from shm.pool import RegionMap
 
@@ -52,23 +52,13 @@ class _Call:
         self.closed = False  # its reader is gone (answered, or cancelled)
 
 
-class PlacedInFrontend:
-    """A block of the frontend's pool a decoder gathered a tensor into
-    (TensorData.placed): the request names it as it is."""
-
-    __slots__ = ("block", "taken")
-
-    def __init__(self, block: Block) -> None:
-        self.block = block
-        self.taken = False
-
-
 class LinkedCore:
     """InferenceCore for a frontend process (the protocol: core/api.py)."""
 
     def __init__(self, channel: FrontendEnd, pool: Pool) -> None:
         self._channel = channel
         self._pool = pool
+        self._placer = FrontendPlacer(pool)
         self._regions = RegionMap()
         self._rids = itertools.count(1)
         self._call_ids = itertools.count(1)
@@ -129,8 +119,8 @@ class LinkedCore:
         if not self._calls:
             self._channel.send(fp.expect(name, version))
 
-    def input_placer(self) -> LinkedCore:
-        return self
+    def input_placer(self) -> FrontendPlacer:
+        return self._placer
 
     def model_handle(self, name: str, version: str = "") -> LinkedModel:
         key = (name, version)
@@ -182,22 +172,6 @@ class LinkedCore:
             SERVER_LOG.update(settings)
         finally:
             self._applying_core_log = False
-
-    # -- where a frontend gathers a large request's tensors (core/api.py InputPlacer) ---
-    def place(self, nbytes: int) -> tuple[memoryview, PlacedInFrontend] | None:
-        free, total = shm_room()
-        if free - nbytes < total // 2:
-            return None
-        try:
-            block = self._pool.alloc(nbytes)
-        except ShmExhausted:
-            return None
-        return self._pool.view(block)[:nbytes], PlacedInFrontend(block)
-
-    def drop(self, placed: PlacedInFrontend) -> None:
-        if not placed.taken:
-            placed.taken = True
-            self._pool.free(placed.block.region, placed.block.offset)
 
     # -- inference ------------------------------------------------------------------------
     def send_request(self, request: InferRequest, stream: bool) -> tuple[int, _Call]:

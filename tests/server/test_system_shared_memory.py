@@ -39,15 +39,15 @@ ANCHOR_ENV = ROOT.parent / "shared" / "perf" / "env_anchor.sh"
 MIB16 = 16 << 20
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["in-process", "2-frontend-processes"])
-def server(request):
-    """identity and repeat (models/examples), bls_forward (a BLS call to identity); HTTP
-    and gRPC in the server's process, then in two frontend processes."""
+@pytest.fixture(scope="module")
+def server():
+    """identity and repeat (models/examples), bls_forward (a BLS call to identity).
+    (Client regions through frontend processes: tests/frontends, and the conformance
+    suite with --frontend-processes 2.)"""
     load = [arg for name in ("identity", "repeat", "bls_forward")
             for arg in ("--load-model", name)]
-    with running_server(EXAMPLES, TEST_MODELS, args=[
-            "--model-control-mode", "explicit", *load,
-            "--frontend-processes", str(request.param)]) as running:
+    with running_server(EXAMPLES, TEST_MODELS, args=["--model-control-mode", "explicit",
+                                                     *load]) as running:
         yield running
 
 
