@@ -49,7 +49,8 @@ def _listeners(text: str, options: ServerOptions) -> Endpoints:
         for sock in sockets:
             sock.setblocking(False)
         shared = Listener(name.upper(), endpoint.address, endpoint.port, sockets)
-        own = Listener.bind(name.upper(), endpoint.address, shared.port, reuse_port=True)
+        own = Listener.bind(name.upper(), endpoint.address, shared.port, reuse_port=True,
+                            joining=True)
         setattr(endpoints, name, shared.joined(own))
     return endpoints
 

@@ -73,16 +73,25 @@ class Listener:
 
     @classmethod
     def bind(cls, service: str, host: str, port: int, backlog: int = BACKLOG,
-             reuse_port: bool = False) -> Listener:
+             reuse_port: bool = False, joining: bool = False) -> Listener:
         """Bind and listen on every address `host` names, as asyncio's create_server
         would; BindError (the sockets bound so far closed) when one cannot be.
         `reuse_port`: SO_REUSEPORT, so that frontend processes (of this user) bind the
-        same address, and the kernel spreads new connections over their sockets."""
+        same address, and the kernel spreads new connections over their sockets; the
+        address must be free first (another server of this user with SO_REUSEPORT would
+        otherwise share it silently), unless `joining` (a frontend process joins its
+        core's sockets)."""
         sockets: list[socket.socket] = []
         try:
             infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
             for family, kind, proto, _, address in dict.fromkeys(infos):
+                if reuse_port and not joining:  # in use by anyone: EADDRINUSE
+                    with socket.socket(family, kind, proto) as probe:
+                        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        if family == socket.AF_INET6:
+                            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                        probe.bind(address)
                 sock = socket.socket(family, kind, proto)
                 sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -192,3 +192,18 @@ def test_a_killed_frontend_is_restarted_and_the_other_serves_on(server):
     assert "frontend process 0" in server.log_text() or \
         "frontend process 1" in server.log_text()
     assert server.http_client().is_server_ready()
+
+
+def test_a_second_server_on_the_same_port_is_refused_as_without_frontends(server):
+    """SO_REUSEPORT lets the frontends share the core's port: not another server."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "pbserve", "--model-repository", str(EXAMPLES),
+         "--frontend-processes", "2", "--http-port", str(server.http_port),
+         "--grpc-port", "0", "--metrics-port", "0", "--model-control-mode", "explicit"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"Socket '127.0.0.1:{server.http_port}' already in use" in \
+        result.stdout + result.stderr
