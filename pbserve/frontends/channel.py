@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pbserve.core.latency.spare_cpu import idle_turn
+from pbserve.core.latency.queue_watch import QueueWatch
 from pbserve.frontends import protocol as fp
 from shm.doorbell import Doorbell, ring
 from shm.names import new_prefix, unlink_prefix
@@ -59,7 +58,7 @@ class _End:
         self._peer_bell_fd = peer_bell_fd
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_messages: Callable[[list], None] | None = None
-        self._watch_deadline = 0  # perf_counter_ns the watch ends (0: none)
+        self._watch: QueueWatch | None = None  # made by `start`, on the loop
 
     def send(self, message: tuple) -> None:
         if self._outgoing.put(fp.encode(message)):
@@ -70,6 +69,9 @@ class _End:
         each time the peer rings."""
         loop = self._loop = asyncio.get_running_loop()
         self._on_messages = on_messages
+        self._watch = QueueWatch(loop, self._incoming.pending,
+                                 lambda: self.drain_into(on_messages),
+                                 lambda: self._on_messages is not None)
 
         def drain() -> None:
             try:
@@ -80,30 +82,10 @@ class _End:
         loop.add_reader(self._my_bell_fd, drain)
 
     def watch(self, budget_ns: int) -> None:
-        """Poll the incoming queue once a turn of the loop for at most `budget_ns`, and
-        drain it as soon as a message came, as the core watches a stub's reply
-        (StubProcess.watch_up): an idle loop need not sleep in epoll and be woken by the
-        doorbell. A watch already on is extended."""
-        now = time.perf_counter_ns()
-        watching = self._watch_deadline != 0
-        self._watch_deadline = max(self._watch_deadline, now + budget_ns)
-        if not watching and self._loop is not None:
-            self._loop.call_soon(self._watch_turn, now)
-
-    def _watch_turn(self, last: int) -> None:
-        if self._loop is None or self._on_messages is None:
-            self._watch_deadline = 0
-            return
-        if self._incoming.pending():
-            self._watch_deadline = 0
-            self.drain_into(self._on_messages)
-            return
-        now = time.perf_counter_ns()
-        if now < self._watch_deadline:
-            idle_turn(last, now)
-            self._loop.call_soon(self._watch_turn, now)
-        else:
-            self._watch_deadline = 0
+        """Poll the incoming queue once a turn of the loop for at most `budget_ns`, as
+        the core watches a stub's reply (latency/queue_watch.py)."""
+        if self._watch is not None:
+            self._watch.extend(budget_ns)
 
     def drain_into(self, on_messages: Callable[[list], None]) -> None:
         get, decode = self._incoming.get, fp.decode

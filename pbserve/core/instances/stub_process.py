@@ -18,12 +18,11 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pbserve.core.latency.spare_cpu import idle_turn
+from pbserve.core.latency.queue_watch import QueueWatch
 from pbserve.private_dir import UntrustedDirectory, check_private
 from pbserve.core.instances.stub_launch import LaunchedStub, StubLauncher
 from pbserve.core.instances.stub_stdio import StubOutput
@@ -103,7 +102,8 @@ class StubProcess:
         self._on_messages = on_messages
         self._on_exit = on_exit
         self._closing = False
-        self._watch_deadline = 0  # perf_counter_ns the up queue's watch ends (0: none)
+        self._watch = QueueWatch(loop, lambda: self.up_q.pending(), self._drain,
+                                 lambda: not self._closing)
         self.process: LaunchedStub | None = None
         queues: list[MessageQueue] = []
         try:  # what a failed start made (no fds left) is removed here
@@ -208,33 +208,10 @@ class StubProcess:
             self._on_messages(batch)
 
     def watch_up(self, budget_ns: int) -> None:
-        """Poll the up queue once per turn of the event loop, for at most `budget_ns`,
-        and drain it as soon as a message came: the reply of a short `execute` is read
-        without the loop sleeping in epoll and being woken by the doorbell. The loop goes
-        on with its other work between turns (other calls, other connections); when it
-        has none it turns at once, yielding the CPU on each such turn, so that other
-        runnable work on a busy machine (the stub, the client) goes first. A watch
-        already on is extended, not doubled."""
-        now = time.perf_counter_ns()
-        watching = self._watch_deadline != 0
-        self._watch_deadline = max(self._watch_deadline, now + budget_ns)
-        if not watching:
-            self._loop.call_soon(self._watch_turn, now)
-
-    def _watch_turn(self, last: int) -> None:
-        if self._closing:  # its queues may be gone
-            self._watch_deadline = 0
-            return
-        if self.up_q.pending():
-            self._watch_deadline = 0
-            self._drain()
-            return
-        now = time.perf_counter_ns()
-        if now < self._watch_deadline:
-            idle_turn(last, now)
-            self._loop.call_soon(self._watch_turn, now)
-        else:
-            self._watch_deadline = 0
+        """Poll the up queue once per turn of the event loop, for at most `budget_ns`
+        (latency/queue_watch.py): the reply of a short `execute` is read without the
+        loop sleeping in epoll and being woken by the doorbell."""
+        self._watch.extend(budget_ns)
 
     def _exited(self, code: int) -> None:
         if not self._closing:

@@ -6,7 +6,9 @@ than the poll (docs/architecture.md, "Request path").
 - `hop`: an instance's hop and the tricks weighing it: the announcement, the watch for a
   reply, a batch queued ahead (`Hop`); how many instances of the server compute
   (`RunningInstances`);
-- `linger`: the event loop turning on for a while after a request (`Linger`).
+- `linger`: the event loop turning on for a while after a request (`Linger`);
+- `queue_watch`: a queue polled once a loop turn for a bounded time (`QueueWatch`: a
+  stub's reply in the parent, the core's answer in a frontend process).
 
 The hint that a request is coming, from the frontend down to the stub:
 
