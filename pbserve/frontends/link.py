@@ -161,14 +161,8 @@ class FrontendLink:
                 return False
             self._open.add(rid)
             cancel = now(request, descs, lambda response: self._answered(rid, response))
-        except ServerError as err:
-            request.release_shm()
-            self._send_error(rid, model, request.id, err)
-            return True
-        except Exception as err:  # a fault of the server's own: the client must not hang
-            log.exception("request for model '%s' from frontend %s failed", model, self.name)
-            request.release_shm()
-            self._send_error(rid, model, request.id, ServerError(ErrorCode.INTERNAL, str(err)))
+        except Exception as err:
+            self._fail(rid, model, request, err, "request")
             return True
         if cancel is None:
             self._open.discard(rid)
@@ -198,17 +192,11 @@ class FrontendLink:
         try:
             handle = self._core.model_handle(model, version)
             response = await handle.infer(request, descs)
-        except ServerError as err:
-            request.release_shm()
-            self._send_error(rid, model, request.id, err)
-            return
         except asyncio.CancelledError:
             request.release_shm()  # a no-op once queued: the request tells it when done
             raise
-        except Exception as err:  # a fault of the server's own: the client must not hang
-            log.exception("request for model '%s' from frontend %s failed", model, self.name)
-            request.release_shm()
-            self._send_error(rid, model, request.id, ServerError(ErrorCode.INTERNAL, str(err)))
+        except Exception as err:
+            self._fail(rid, model, request, err, "request")
             return
         request.release_shm()
         self._send(rid, response)
@@ -225,17 +213,11 @@ class FrontendLink:
                     if final:
                         request.release_shm()
                     self._send(rid, response)
-        except ServerError as err:
-            request.release_shm()
-            self._send_error(rid, model, request.id, err)
-            return
         except asyncio.CancelledError:
             request.release_shm()
             raise
         except Exception as err:
-            log.exception("stream for model '%s' from frontend %s failed", model, self.name)
-            request.release_shm()
-            self._send_error(rid, model, request.id, ServerError(ErrorCode.INTERNAL, str(err)))
+            self._fail(rid, model, request, err, "stream")
             return
         if not final:
             request.release_shm()
@@ -343,6 +325,18 @@ class FrontendLink:
             else:
                 outputs.append((t.name, t.datatype, shape, fp.OUT_INLINE, bytes(t.data), 0))
         return outputs, response
+
+    def _fail(self, rid: int, model: str, request: InferRequest, err: Exception,
+              what: str) -> None:
+        """The request ended with `err` before the model answered it: its inputs are
+        told free (unless it was queued: its PendingRequest tells), and the frontend
+        raises the error. One that is no ServerError is a fault of the server's own:
+        logged, and INTERNAL (the client must not hang). In an `except` block."""
+        if not isinstance(err, ServerError):
+            log.exception("%s for model '%s' from frontend %s failed", what, model, self.name)
+            err = ServerError(ErrorCode.INTERNAL, str(err))
+        request.release_shm()
+        self._send_error(rid, model, request.id, err)
 
     def _send_error(self, rid: int, model: str, request_id: str, error: ServerError) -> None:
         self._send(rid, InferResponse(model, "", request_id, error=error), raised=True)
