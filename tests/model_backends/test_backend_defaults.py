@@ -5,7 +5,6 @@ the data types Triton's pytorch and onnxruntime backends refuse at load."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from pbserve.core.config.model_config import complete_defaults, parse_model_config  # noqa: E402
 from pbserve.testing import running_server, stub_pids  # noqa: E402
+from model_files import write  # noqa: E402
 
 PYTHON_MODEL = '''
 import triton_python_backend_utils as pb_utils
@@ -38,10 +38,6 @@ class Double(torch.nn.Module):
     def forward(self, x):
         return x * 2
 
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
 
 
 def add_graph(repo: Path, name: str, config: str | None = None) -> None:

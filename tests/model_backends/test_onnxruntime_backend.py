@@ -3,7 +3,6 @@ made with the `onnx` package's helpers, served by a real server, driven by trito
 
 from __future__ import annotations
 
-import textwrap
 import threading
 from pathlib import Path
 
@@ -18,28 +17,11 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from pbserve.testing import running_server  # noqa: E402
+from model_files import save_graph, write  # noqa: E402
 
 FP32, FP16, STRING, INT64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.STRING, TensorProto.INT64
 
 
-def save_graph(path: Path, nodes, inputs, outputs, initializers=()) -> None:
-    """A graph of `nodes`; inputs/outputs are (name, elem_type, shape) with None or a
-    string for a variable dimension."""
-    graph = helper.make_graph(
-        nodes, path.parent.parent.name,
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
 
 
 def add_mul(repo: Path, name: str, config: str | None = None, batch="batch") -> None:

@@ -6,7 +6,6 @@ in the backend; served by a real server, driven by tritonclient gRPC sequences."
 from __future__ import annotations
 
 import queue
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 from backend_utils.testing import FakeRuntime, installed  # noqa: E402
 from pbserve.model_backends.common import Batcher, state_specs  # noqa: E402
 from pbserve.testing import running_server  # noqa: E402
+from model_files import save_graph, write  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 
@@ -40,20 +40,6 @@ CONTROLS = """
 """
 
 
-def save_graph(path: Path, nodes, inputs, outputs) -> None:
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
 
 
 def onnx_accumulator(repo: Path) -> None:
