@@ -19,6 +19,7 @@ from typing import Any
 from pbserve.core.api import InferenceCore
 from pbserve.core.observability.tracing import TRACER
 from pbserve.errors import ErrorCode, ServerError
+from pbserve.frontends.protocol import SHARED_MEMORY_METHODS
 from pbserve.server import statistics
 
 log = logging.getLogger("pbserve.frontends")
@@ -45,13 +46,11 @@ def _trace_setting(core: InferenceCore, model: str, changes: dict | None) -> dic
 
 
 def _shared_memory(core: InferenceCore, method: str, args: tuple) -> Any:
-    if method not in _SHM_METHODS:
+    if method not in SHARED_MEMORY_METHODS:
         raise ServerError(ErrorCode.INVALID_ARG, f"unknown shared-memory call '{method}'")
     return getattr(core.shared_memory, method)(*args)
 
 
-_SHM_METHODS = frozenset({"register", "unregister", "status", "register_cuda",
-                          "unregister_cuda", "cuda_status", "check_allowed"})
 
 METHODS: dict[str, Callable[..., Any]] = {
     "is_ready": lambda core: core.is_ready(),

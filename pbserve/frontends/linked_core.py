@@ -450,7 +450,6 @@ class _SharedMemory:
         self._core = core
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method not in ("register", "unregister", "status", "register_cuda",
-                          "unregister_cuda", "cuda_status", "check_allowed"):
+        if method not in fp.SHARED_MEMORY_METHODS:
             raise AttributeError(method)
         return lambda *args: self._core._ask("shared_memory", method, args)

@@ -55,6 +55,9 @@ FORGET_REGIONS = 25
 TRIM = 26
 
 OUT_BLOCK, OUT_INLINE, OUT_CLIENT_SHM = 0, 1, 2
+# The SharedMemoryManager methods a CALL "shared_memory" may name (calls.py).
+SHARED_MEMORY_METHODS = frozenset({"register", "unregister", "status", "register_cuda",
+                                   "unregister_cuda", "cuda_status", "check_allowed"})
 
 
 def encode(message: tuple) -> bytes:
