@@ -150,7 +150,12 @@ async def _serve(options: ServerOptions, repositories: CloudRepositories,
     servers: list[Frontend] = []
     try:
         if manager is not None:
-            await manager.start()
+            try:
+                await manager.start()
+            except ServerError as exc:  # the redis cache's server cannot be reached
+                print(f"error: creating server: {exc.code.text} - {exc.message}",
+                      file=sys.stderr)
+                return 1
             failed = manager.failed_models()
             if failed and options.exit_on_error:
                 log.error("failed to load all models (%s); exiting (--exit-on-error=false "
@@ -167,7 +172,8 @@ async def _serve(options: ServerOptions, repositories: CloudRepositories,
             from pbserve.frontends.start import start as start_frontends
             servers.append(await start_frontends(options.frontend_processes, core, manager,
                                                  endpoints, options.command_line))
-            endpoints = Endpoints(metrics=endpoints.metrics)  # the core keeps /metrics
+            # the core keeps /metrics and the OpenAI endpoint
+            endpoints = Endpoints(metrics=endpoints.metrics, openai=endpoints.openai)
         try:
             await start_servers(core, options.frontends, servers, endpoints)
         except OSError as exc:  # grpcio binds by itself (grpc/server.py)

@@ -14,6 +14,7 @@ from pbserve.cli.grpc_flags import add_grpc_limit_flags
 from pbserve.core.scheduling.rate_limiter import parse_resource
 from pbserve.cli.help_format import Parser
 from pbserve.cli.ignored_flags import add_ignored_flags
+from pbserve.cli.openai_flags import add_openai_flags, check_openai_flags
 from pbserve.cli.plane_flags import add_plane_flags
 from pbserve.cli.trace_flags import add_deprecated_trace_flags, add_trace_flags
 from pbserve.server.grpc.server import TRANSPORTS
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     _memory_flags(group("Memory/Device Management"))
     _deprecated_flags(group("DEPRECATED"))
     _pbserve_flags(group("pbserve", "pbserve's own flags (tritonserver has none of them)"))
+    add_openai_flags(group("pbserve: OpenAI endpoint",
+                           "an OpenAI-compatible API beside the KServe endpoints "
+                           "(docs/openai.md)"))
     add_plane_flags(group("pbserve: request plane",
                           "serving over NATS, on several machines (docs/distributed.md)"))
     ignored = group("Accepted and ignored",
@@ -190,8 +194,9 @@ def _backend_flags(flags: Flags) -> None:
 def _cache_flags(flags: Flags) -> None:
     flags.add_argument(
         "--cache-config", action="append", default=None, metavar="<cache>,<key>=<value>",
-        help="the response cache: local,size=<bytes> (models enable it with "
-             "response_cache { enable: true })")
+        help="the response cache: local,size=<bytes>, or redis,host=<host> and redis,port=<n> "
+             "with Triton's redis_cache settings (docs/response_cache.md); models enable "
+             "it with response_cache { enable: true }")
 
 
 def _rate_limiter_flags(flags: Flags) -> None:
@@ -272,6 +277,8 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.frontend_processes > 1 and args.allow_grpc and args.grpc_transport != "zttp":
         parser.error("--frontend-processes above 1 needs --grpc-transport zttp (grpcio "
                      "binds its port by itself)")
+    if openai_error := check_openai_flags(args):
+        parser.error(openai_error)
     if args.plane_inline_max_bytes < 0 or args.data_plane_ttl_secs <= 0:
         parser.error("--plane-inline-max-bytes must be >= 0 and --data-plane-ttl-secs > 0")
     port = args.data_plane_address.rpartition(":")[2] if ":" in args.data_plane_address \

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pbserve.core.cache.cache_config import cache_size
+from pbserve.core.cache.cache_config import CacheSettings, cache_settings
 from pbserve.core.config.config_sources import ConfigSources
 from pbserve.core.scheduling.rate_limiter import parse_resource
 from pbserve.core.instances.model_debug import ModelDebug
@@ -18,6 +18,7 @@ from pbserve.options import PlaneOptions, ServerOptions
 from pbserve.server.options import EndpointOptions, FrontendOptions
 from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.cli.grpc_flags import grpc_limits
+from pbserve.cli.openai_flags import openai_options
 from pbserve.server.http.limits import HttpLimits
 from pbserve.server.restrictions import GRPC_KEY_PREFIX
 from pbserve.server.restrictions import parse as parse_restrictions
@@ -86,7 +87,8 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         metrics=EndpointOptions(args.allow_metrics, args.metrics_address, args.metrics_port),
         http_limits=limits, http_tls=http_tls, grpc_tls=grpc_tls,
         http_restricted=http_restricted, grpc_restricted=grpc_restricted,
-        grpc_transport=args.grpc_transport, grpc_limits=grpc_limits(args))
+        grpc_transport=args.grpc_transport, grpc_limits=grpc_limits(args),
+        openai=openai_options(args))
     return ServerOptions(
         repositories=tuple(args.model_repository), core=core_options(args),
         config_sources=config_sources(args), frontends=frontends,
@@ -102,7 +104,7 @@ def core_options(args: argparse.Namespace) -> CoreOptions:
         allow_client_shm=args.allow_client_shm, restart_wait_s=args.restart_wait_secs,
         model_namespacing=args.model_namespacing, strict_readiness=args.strict_readiness,
         load_thread_count=args.model_load_thread_count, stub_zygote=args.stub_zygote,
-        response_cache_bytes=response_cache_size(args),
+        response_cache=response_cache(args),
         backend_directory=Path(args.backend_directory or DEFAULT_BACKEND_DIRECTORY),
         model_debug=ModelDebug(args.model_debug or "", args.model_debug_port or "",
                                sys.stdin.isatty()),
@@ -134,11 +136,11 @@ def plane_options(args: argparse.Namespace) -> PlaneOptions | None:
                                      args.data_plane_ttl_secs, args.http_max_input_size))
 
 
-def response_cache_size(args: argparse.Namespace) -> int | None:
-    """The response cache's size (--cache-config, --response-cache-byte-size), None for
-    no cache; SystemExit naming what is wrong."""
+def response_cache(args: argparse.Namespace) -> CacheSettings | None:
+    """The response cache (--cache-config, --response-cache-byte-size), None for no
+    cache; SystemExit naming what is wrong."""
     try:
-        return cache_size(args.cache_config, args.response_cache_byte_size)
+        return cache_settings(args.cache_config, args.response_cache_byte_size)
     except ValueError as exc:
         raise SystemExit(f"Error: {exc}") from None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from pbserve import __version__
-from pbserve.core.cache.response_cache import ResponseCache
+from pbserve.core.cache.stores import new_store
 from pbserve.core.observability import metrics
 from pbserve.core.model import Model, ModelServices
 from pbserve.core.options import CoreOptions
@@ -111,10 +111,7 @@ class ModelManager:
         self.repositories = [Path(r).resolve() for r in repositories]
         self.options = options
         self.config_sources = config_sources or ConfigSources()
-        self.response_cache = ResponseCache(options.response_cache_bytes) \
-            if options.response_cache_bytes else None
-        if self.response_cache is not None:
-            log.info("Response cache: 'local', %d bytes", options.response_cache_bytes)
+        self.response_cache = new_store(options.response_cache)
         self._limiter = RateLimiter(options.rate_limit.resources) \
             if options.rate_limit.on else None
         self._services: ModelServices | None = None  # made by start(), with the pool
@@ -146,6 +143,8 @@ class ModelManager:
     # -- server lifecycle -------------------------------------------------------------
     async def start(self) -> None:
         """Remove shm a killed server left, then load the start-up models in parallel."""
+        if self.response_cache is not None:  # a redis cache connects (ServerError if not)
+            await self.response_cache.open()
         removed = sweep_dead_owners()
         if removed:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
@@ -257,6 +256,8 @@ class ModelManager:
         if self._pool is not None:
             self._pool.close()
         self._regions.close()
+        if self.response_cache is not None:
+            await self.response_cache.close()
 
     # -- InferenceCore: health and metadata -------------------------------------------
     def is_live(self) -> bool:

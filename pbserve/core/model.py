@@ -33,7 +33,7 @@ from pbserve.core.types import InferRequest, InferResponse
 from pbserve.core.observability.tracing import TRACER, Trace
 from pbserve.core.instances.warmup import warm_up, warmup_samples
 from pbserve.core.cache.cached_infer import infer_cached, new_load
-from pbserve.core.cache.response_cache import ResponseCache
+from pbserve.core.cache.store import ResponseStore
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.core.memory.block_refs import BlockRefs
 from tritonclient.grpc import model_config_pb2 as mc
@@ -51,7 +51,7 @@ class ModelServices:
 
     instances: InstanceServices
     restart_wait_s: float = RESTART_WAIT_S
-    cache: ResponseCache | None = None
+    cache: ResponseStore | None = None
     limiter: RateLimiter | None = None
     debug: ModelDebug = ModelDebug()
     backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)
@@ -84,7 +84,7 @@ class Model:
         self.scheduler: Scheduler | SequenceBatcher | None = None  # the admission's
         self.instances: list[ModelInstance] = []
         self._outage = Outage(name, services.restart_wait_s, self._fail_queued)
-        self._cache: ResponseCache | None = None  # the server's, if the config enables it
+        self._cache: ResponseStore | None = None  # the server's, if the config enables it
         self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
     @property
@@ -282,7 +282,7 @@ class Model:
             return await self._infer_cached(self._cache, request)
         return await self._infer(request, descs)
 
-    async def _infer_cached(self, cache: ResponseCache, request: InferRequest
+    async def _infer_cached(self, cache: ResponseStore, request: InferRequest
                             ) -> InferResponse:
         """Answered from the response cache, or run and its response kept."""
         admission = self._admission
@@ -383,7 +383,6 @@ class Model:
         except BaseException:
             trace.finish(0, 0, 0)
             raise
-        trace.pending = pending
         return pending
 
     def expect_request(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pbserve.core.cache.cache_config import CacheSettings
 from pbserve.core.instances.model_debug import ModelDebug
 from pbserve.core.instances.outage import RESTART_WAIT_S
 from pbserve.errors import invalid_arg
@@ -46,7 +47,7 @@ class CoreOptions:
     strict_readiness: bool = True  # --strict-readiness
     load_thread_count: int = 4  # --model-load-thread-count
     stub_zygote: bool = True  # pbserve's --stub-zygote
-    response_cache_bytes: int | None = None  # --cache-config local size; None: no cache
+    response_cache: CacheSettings | None = None  # --cache-config; None: no cache
     backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)  # --backend-directory
     model_debug: ModelDebug = field(default_factory=ModelDebug)
     rate_limit: RateLimit = field(default_factory=RateLimit)

@@ -5,7 +5,7 @@ Triton runs such a model with the `TritonPythonModel` of `<backend-directory>/<n
 model.py`, giving it the model's own config, version folder and files. Triton's core
 looks for that model.py in the model's version folder, then in the model's folder, then
 in the backend directory; pbserve adds its built-in backends (this package: `onnxruntime`,
-`pytorch`) just before the backend directory. See docs/backends.md.
+`openvino`, `pytorch`) just before the backend directory. See docs/backends.md.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ PYTHON_BACKEND = "python"
 BACKEND_MODEL_FILENAME = "model.py"
 DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"  # tritonserver's default
 BUILTIN_DIRECTORY = Path(__file__).resolve().parent
-BUILTIN_BACKENDS = ("onnxruntime", "pytorch")
+BUILTIN_BACKENDS = ("onnxruntime", "openvino", "pytorch")
 
 # The extra that installs what a built-in backend imports: package -> pip argument.
-EXTRAS = {"onnxruntime": "pbserve[onnx]", "torch": "pbserve[torch]"}
+EXTRAS = {"onnxruntime": "pbserve[onnx]", "openvino": "pbserve[openvino]",
+          "torch": "pbserve[torch]"}
 
 def search_paths(backend: str, model_dir: Path | None, version: str | None,
                  backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)) -> list[Path]:

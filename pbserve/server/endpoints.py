@@ -17,6 +17,7 @@ class Endpoints:
     grpc: Listener | None = None
     http: Listener | None = None
     metrics: Listener | None = None
+    openai: Listener | None = None  # --openai-port: served by the core's process alone
 
     @classmethod
     def bind(cls, options: FrontendOptions, shared: bool = False) -> Endpoints:
@@ -31,6 +32,9 @@ class Endpoints:
                     setattr(endpoints, name.lower(), Listener.bind(
                         name, endpoint.address, endpoint.port,
                         reuse_port=shared and name != "Metrics"))
+            if options.openai is not None:
+                endpoints.openai = Listener.bind("OpenAI", options.openai.address,
+                                                 options.openai.port)
         except BaseException:
             endpoints.close()
             raise
@@ -38,6 +42,6 @@ class Endpoints:
 
     def close(self) -> None:
         """Close the sockets no server took."""
-        for listener in (self.grpc, self.http, self.metrics):
+        for listener in (self.grpc, self.http, self.metrics, self.openai):
             if listener is not None:
                 listener.close()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from pbserve.server.grpc.h2.limits import GrpcLimits
 from pbserve.server.http.limits import HttpLimits
+from pbserve.server.openai.options import OpenAIOptions
 from pbserve.server.tls import TlsConfig
 
 
@@ -21,7 +22,7 @@ class EndpointOptions:
 
 @dataclass(frozen=True)
 class FrontendOptions:
-    """What the HTTP, gRPC and metrics servers take."""
+    """What the HTTP, gRPC, metrics and OpenAI servers take."""
 
     http: EndpointOptions
     grpc: EndpointOptions
@@ -33,6 +34,7 @@ class FrontendOptions:
     grpc_restricted: dict = field(default_factory=dict)
     grpc_transport: str = "zttp"
     grpc_limits: GrpcLimits = GrpcLimits()  # the zttp transport's
+    openai: OpenAIOptions | None = None  # --openai-port (None: no OpenAI endpoint)
 
     @property
     def max_input_size(self) -> int:

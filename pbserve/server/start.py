@@ -1,4 +1,4 @@
-"""The HTTP, gRPC and metrics servers the --allow-* flags ask for, started on the sockets
+"""The HTTP, gRPC, metrics and OpenAI servers the flags ask for, started on the sockets
 bound before the models loaded (endpoints.py): by the server (app.py), or by each of its
 frontend processes (pbserve/frontends/)."""
 
@@ -10,6 +10,7 @@ from pbserve.core.api import InferenceCore
 from pbserve.server.endpoints import Endpoints
 from pbserve.server.grpc.server import start_grpc_server
 from pbserve.server.http.server import start_http_server, start_metrics_server
+from pbserve.server.openai.server import start_openai_server
 from pbserve.server.options import FrontendOptions
 from pbserve.shutdown import Frontend
 
@@ -38,3 +39,8 @@ async def start_servers(core: InferenceCore, options: FrontendOptions,
         servers.append(await start_metrics_server(core, metrics.address, metrics.port,
                                                   options.http_limits, endpoints.metrics))
         log.info("Started Metrics Service at %s:%d", metrics.address, metrics.port)
+    openai = options.openai
+    if endpoints.openai is not None and openai is not None:
+        servers.append(await start_openai_server(core, openai, options.http_limits,
+                                                 endpoints.openai))
+        log.info("Started OpenAI-compatible service at %s:%d", openai.address, openai.port)

@@ -260,7 +260,10 @@ def test_a_traced_ensemble_request_traces_its_steps_as_children(tmp_path):
     records = json.loads(trace_file.read_text())
     heads = [r for r in records if "model_name" in r]
     ensemble = [r for r in heads if r["model_name"] == "chain3"]
-    assert len(ensemble) == 1 and ensemble[0]["parent_id"] == 0
-    steps = [r for r in heads if r["parent_id"] == ensemble[0]["id"]]
+    # as Triton: no parent_id for a trace of its own, no compute stamps for an ensemble
+    assert len(ensemble) == 1 and "parent_id" not in ensemble[0]
+    assert [t["name"] for r in records if r["id"] == ensemble[0]["id"]
+            for t in r.get("timestamps", ())] == ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
+    steps = [r for r in heads if r.get("parent_id") == ensemble[0]["id"]]
     assert sorted(r["model_name"] for r in steps) == ["s_add", "s_identity", "s_identity"]
     assert all(r["request_id"] == "r1" for r in heads)

@@ -195,7 +195,7 @@ def test_decoupled_and_sequence_batched_models_cannot_enable_the_cache(tmp_path)
     (["--cache-config", "local,size=abc"], "--cache-config local,size=abc: expected a "
      "whole number of bytes"),
     (["--cache-config", "local,size=0"], "the cache size must be at least 1 byte"),
-    (["--cache-config", "redis,host=x"], "unsupported cache 'redis'"),
+    (["--cache-config", "memcached,host=x"], "unsupported cache 'memcached'"),
     (["--cache-config", "local,sise=10"], "unknown setting 'sise'"),
     (["--response-cache-byte-size", "10", "--cache-config", "local,size=10"],
      "Incompatible flags --response-cache-byte-size and --cache-config both provided. "

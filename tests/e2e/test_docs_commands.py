@@ -48,13 +48,24 @@ NOT_RUN: dict[str, str] = {
     "nats://nats-host:4222 --model-repository /models/a --request-plane-user pbserve "
     "--request-plane-tls-ca ca.pem --request-plane-tls-cert client.pem "
     "--request-plane-tls-key client.key": NATS_TLS,
+    "TRITONCACHE_REDIS_PASSWORD=secret pbserve --model-repository models/examples "
+    "--cache-config redis,host=redis.internal --cache-config redis,port=6379":
+        "needs a Redis server at redis.internal; tests/core/test_redis_cache.py runs the "
+        "redis cache against a real one",
     "python3.11 -m venv models/my_model/pyenv": MODEL_VENV,
     "models/my_model/pyenv/bin/pip install numpy posix-ipc scipy==1.11.4": MODEL_VENV,
     "conda create -n my_model_env python=3.11 numpy scipy": CONDA,
     "conda activate my_model_env": CONDA,
     "pip install posix-ipc": CONDA,
     "conda pack -o models/my_model/my_model_env.tar.gz": CONDA,
+    "pip install -e '.[openai]' openai": CI_INSTALL,
+    "pbserve --model-repository models/examples --openai-port 9000":
+        "one more server start (20 s) for what tests/server/openai/test_openai_endpoint.py "
+        "runs: a server with --openai-port",
     # python snippets, by their first line
+    "from openai import OpenAI":
+        "a client of an LLM the reader serves (my_llm); tests/server/openai/"
+        "test_openai_endpoint.py drives the endpoint with the same client",
     "def sequence_terminated(self, correlation_id, reason):":
         "a method of a model's TritonPythonModel, not a program "
         "(tests/core/test_sequence_batching.py runs it)",

@@ -1,21 +1,34 @@
-"""The response cache's size from tritonserver's flags: `--cache-config local,size=N`
-(repeatable, `<cache name>,<setting>=<value>`) or the older `--response-cache-byte-size N`.
-Only Triton's `local` cache exists here; every mistake is a ValueError naming it."""
+"""The response cache from tritonserver's flags: `--cache-config <cache>,<key>=<value>`
+(repeatable) or the older `--response-cache-byte-size N`. Triton's `local` cache
+(`size`) and its `redis` cache (redis_settings.py); every mistake is a ValueError
+naming it."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+
+from pbserve.core.cache.redis_settings import REDIS_CACHE, RedisSettings
 
 log = logging.getLogger("pbserve")
 
 LOCAL_CACHE = "local"
 
 
-def cache_size(cache_config: list[str] | None, response_cache_byte_size: str | None
-               ) -> int | None:
-    """The local cache's size in bytes, None when no cache is configured. As
-    tritonserver: both flags at once are refused, the older one warns it is deprecated,
-    a size of 0 (no cache can be made of it) is an error."""
+@dataclass(frozen=True)
+class LocalSettings:
+    """Triton's `local` cache: an LRU of `size` bytes in the server's memory."""
+
+    size: int
+
+
+CacheSettings = LocalSettings | RedisSettings
+
+
+def cache_settings(cache_config: list[str] | None, response_cache_byte_size: str | None
+                   ) -> CacheSettings | None:
+    """The server's response cache, None when none is configured. As tritonserver: both
+    flags at once are refused, the older one warns it is deprecated, one cache at most."""
     if cache_config and response_cache_byte_size is not None:
         raise ValueError("Incompatible flags --response-cache-byte-size and --cache-config "
                          "both provided. Please provide one or the other.")
@@ -25,7 +38,7 @@ def cache_size(cache_config: list[str] | None, response_cache_byte_size: str | N
                     "config. Please use '--cache-config' instead. The equivalent "
                     "--cache-config CLI args would be: '--cache-config=local,size=%s'",
                     response_cache_byte_size)
-        return _size(response_cache_byte_size, "--response-cache-byte-size")
+        return LocalSettings(_size(response_cache_byte_size, "--response-cache-byte-size"))
     if not cache_config:
         return None
     settings: dict[str, dict[str, str]] = {}
@@ -36,19 +49,26 @@ def cache_size(cache_config: list[str] | None, response_cache_byte_size: str | N
             raise ValueError(f"No cache specified. --cache-config option format is "
                              f"<cache name>,<setting>=<value>. Got {text}")
         settings.setdefault(name, {})[key] = value
-    unknown = sorted(set(settings) - {LOCAL_CACHE})
+    unknown = sorted(set(settings) - {LOCAL_CACHE, REDIS_CACHE})
     if unknown:
         raise ValueError(f"--cache-config: unsupported cache '{unknown[0]}': pbserve has "
-                         f"Triton's '{LOCAL_CACHE}' cache only (--cache-config "
-                         f"local,size=<bytes>)")
-    local = settings[LOCAL_CACHE]
+                         f"Triton's '{LOCAL_CACHE}' and '{REDIS_CACHE}' caches")
+    if len(settings) > 1:
+        raise ValueError("found multiple cache configurations, but only a single cache is "
+                         "currently supported")
+    if REDIS_CACHE in settings:
+        return RedisSettings.parse(settings[REDIS_CACHE])
+    return _local(settings[LOCAL_CACHE])
+
+
+def _local(local: dict[str, str]) -> LocalSettings:
     extra = sorted(set(local) - {"size"})
     if extra:
         raise ValueError(f"--cache-config: unknown setting '{extra[0]}' for the 'local' "
                          f"cache (its one setting is size=<bytes>)")
     if "size" not in local:
         raise ValueError("--cache-config local: the 'local' cache needs size=<bytes>")
-    return _size(local["size"], "--cache-config local,size")
+    return LocalSettings(_size(local["size"], "--cache-config local,size"))
 
 
 def _size(text: str, flag: str) -> int:

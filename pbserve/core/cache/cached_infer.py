@@ -8,7 +8,7 @@ import itertools
 import time
 from typing import Awaitable, Callable
 
-from pbserve.core.cache.response_cache import ResponseCache
+from pbserve.core.cache.store import ResponseStore
 from pbserve.core.observability.metrics import ModelStats
 from pbserve.core.types import InferRequest, InferResponse
 
@@ -20,7 +20,7 @@ def new_load() -> int:
     return next(_loads)
 
 
-async def infer_cached(cache: ResponseCache, stats: ModelStats, model: str, version: str,
+async def infer_cached(cache: ResponseStore, stats: ModelStats, model: str, version: str,
                        request: InferRequest, requested: tuple[str, ...],
                        run: Callable[[], Awaitable[InferResponse]], loaded: int = 0
                        ) -> InferResponse:
@@ -28,16 +28,17 @@ async def infer_cached(cache: ResponseCache, stats: ModelStats, model: str, vers
     with its lookup as `cache_hit`), else `run()`'s, kept when it succeeded (its lookup
     and insertion count as `cache_miss` and add to the request's time). `loaded`: which
     load of the model this is, so that a reloaded model never answers with what its
-    previous load made (those entries age out)."""
+    previous load made (those entries age out; a cache shared by servers leaves it out).
+    A cache that cannot be reached answers a miss, and keeps nothing."""
     started = time.monotonic_ns()
-    key = cache.key(model, f"{version}#{loaded}", request, requested)
-    entry = cache.lookup(key, started)
+    key = cache.key(model, version, loaded, request, requested)
+    entry = await cache.fetch(key, started)
     looked = time.monotonic_ns()
     if entry is not None:
         stats.cache_hit(looked - started, time.monotonic_ns() - started)
         return entry.response(model, version, request.id)
     response = await run()
     inserting = time.monotonic_ns()
-    if cache.insert(key, response):
+    if await cache.keep(key, response):
         stats.cache_miss(looked - started + time.monotonic_ns() - inserting)
     return response

@@ -22,46 +22,13 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 
-from pbserve.core.types import Buffer, InferRequest, InferResponse, TensorData
+from pbserve.core.cache.store import (ENTRY_OVERHEAD, CacheCounters, CachedResponse,
+                                      counter_gauges, gauge_lines)
+from pbserve.core.types import Buffer, InferRequest, InferResponse
 from shm.cuda_region import DeviceBytes
 
 log = logging.getLogger("pbserve")
-
-# What an entry costs beyond its outputs' bytes (its record, the key), counted against
-# the size so that many tiny responses cannot grow past it.
-ENTRY_OVERHEAD = 128
-
-
-@dataclass(frozen=True)
-class CachedResponse:
-    """One cached response: (name, datatype, shape, bytes) per output, its parameters."""
-
-    outputs: tuple[tuple[str, str, tuple[int, ...], bytes], ...]
-    parameters: dict
-    cost: int  # bytes counted against the cache's size
-
-    def response(self, model: str, version: str, request_id: str) -> InferResponse:
-        """A response to `request_id` with this entry's bytes objects as its outputs'
-        data (nothing copied: the frontends send `bytes` as they are)."""
-        return InferResponse(model, version, request_id, outputs=[
-            TensorData(name, datatype, shape, data)
-            for name, datatype, shape, data in self.outputs],
-            parameters=dict(self.parameters))
-
-
-@dataclass
-class CacheCounters:
-    """The server-wide figures of Triton's nv_cache_* metrics (durations in ns)."""
-
-    lookups: int = 0
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    lookup_ns: int = 0
-    insertion_ns: int = 0
-
 
 class ResponseCache:
     """An LRU of `CachedResponse`s holding at most `size` bytes (`CachedResponse.cost`)."""
@@ -76,10 +43,10 @@ class ResponseCache:
         return len(self._entries)
 
     @staticmethod
-    def key(model: str, version: str, request: InferRequest,
+    def key(model: str, version: str, load: int, request: InferRequest,
             requested: tuple[str, ...]) -> tuple:
         """The request's key (see the module's docstring)."""
-        return (model, version, requested, tuple(sorted(
+        return (model, version, load, requested, tuple(sorted(
             [(t.name, t.datatype, tuple(t.shape), _digest(t.data)) for t in request.inputs],
             key=_by_name)))
 
@@ -123,29 +90,32 @@ class ResponseCache:
         self.counters.insertion_ns += time.monotonic_ns() - started
         return True
 
+    async def fetch(self, key: tuple, started_ns: int) -> CachedResponse | None:
+        """`lookup`, as a `ResponseStore` (store.py) is asked."""
+        return self.lookup(key, started_ns)
+
+    async def keep(self, key: tuple, response: InferResponse) -> bool:
+        """`insert`, as a `ResponseStore` is asked: a response that was not kept (there
+        already, too large) is not counted as a miss."""
+        return self.insert(key, response)
+
+    async def open(self) -> None:
+        """Nothing to open: the entries live in this process."""
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
     def metrics_text(self) -> str:
         """Triton's server-wide cache metrics (gauges, durations in us)."""
         c = self.counters
-        families = (
+        return gauge_lines((
             ("nv_cache_num_entries", "Number of responses stored in response cache",
              len(self._entries)),
-            ("nv_cache_num_lookups", "Number of cache lookups in response cache", c.lookups),
-            ("nv_cache_num_hits", "Number of cache hits in response cache", c.hits),
-            ("nv_cache_num_misses", "Number of cache misses in response cache", c.misses),
+            *counter_gauges(c),
             ("nv_cache_num_evictions", "Number of cache evictions in response cache",
              c.evictions),
-            ("nv_cache_lookup_duration",
-             "Total cache lookup duration (hit and miss), in microseconds",
-             c.lookup_ns // 1000),
-            ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds",
-             c.insertion_ns // 1000),
             ("nv_cache_util", "Cache utilization [0.0 - 1.0]", self.used / self.size),
-        )
-        lines = []
-        for family, help_text, value in families:
-            lines += [f"# HELP {family} {help_text}", f"# TYPE {family} gauge",
-                      f"{family} {value}"]
-        return "\n".join(lines) + "\n"
+        ))
 
 
 def _by_name(item: tuple) -> str:

@@ -24,6 +24,7 @@ ENSEMBLE_PLATFORM = "ensemble"
 DEFAULT_INSTANCE_COUNT = 1  # SetDefaultInstanceCount: any group of any backend...
 DEFAULT_CPU_INSTANCE_COUNT = 2  # ...but a KIND_CPU group of these backends
 DEFAULT_CPU_INSTANCE_COUNT_BACKENDS = ("tensorflow", "onnxruntime")
+CPU_PREFERRED_BACKENDS = ("openvino",)  # their preferred group is KIND_CPU, GPUs or not
 
 _Control = mc.ModelSequenceBatching.Control
 _Group = mc.ModelInstanceGroup
@@ -287,15 +288,17 @@ def _validate_model_metrics(metrics: mc.ModelMetrics) -> None:
 def normalize_instance_groups(cfg: mc.ModelConfig, gpus: Sequence[int]) -> None:
     """NormalizeInstanceGroup with the python backend's preferred group (KIND_GPU in
     a GPU build, KIND_CPU otherwise, count unset; Triton's onnxruntime and pytorch
-    backends name none, which resolves to the same kind). No GPUs: the one default
-    group is named after the model (its instances are "<model>_0"...) and KIND_AUTO is
-    CPU. A group without a count (or count < 1) gets `default_instance_count`."""
+    backends name none, which resolves to the same kind; openvino's is KIND_CPU). No
+    GPUs: the one default group is named after the model (its instances are
+    "<model>_0"...) and KIND_AUTO is CPU. A group without a count (or count < 1) gets
+    `default_instance_count`."""
     if cfg.HasField("ensemble_scheduling"):
         return
     if not cfg.instance_group:
         group = cfg.instance_group.add()
         group.name = cfg.name  # Triton's default group carries the bare model name
-        group.kind = _Group.KIND_GPU if gpus else _Group.KIND_CPU
+        cpu_only = cfg.backend in CPU_PREFERRED_BACKENDS
+        group.kind = _Group.KIND_GPU if gpus and not cpu_only else _Group.KIND_CPU
     for index, group in enumerate(cfg.instance_group):
         if not group.name:
             group.name = f"{cfg.name}_{index}"

@@ -306,16 +306,17 @@ def apply_auto_complete(cfg: ModelConfig, updated: ModelConfig) -> ModelConfig:
 def _autocomplete_backend_fields(cfg: ModelConfig, model_name: str,
                                  model_path: Path | None) -> None:
     """Triton's AutoCompleteBackendFields, for the backends pbserve has: the name from
-    the directory; ONNX Runtime and PyTorch from the platform, the file name or a
-    model.onnx / model.pt in the first version folder (checked before Python, as
-    Triton); backend "python" when a model.py is there; the platform and file name
+    the directory; ONNX Runtime, OpenVINO and PyTorch from the platform, the file name
+    or a model.onnx / model.xml / model.pt in the first version folder (checked before
+    Python, as Triton); backend "python" when a model.py is there; the platform and file name
     those backends imply."""
     if not cfg.name:
         cfg.name = model_name
     if not cfg.backend:
         unnamed = not cfg.platform and not cfg.default_model_filename
         for backend, platform, filename in _FRAMEWORKS:
-            if cfg.platform == platform or cfg.default_model_filename == filename or (
+            if (platform and cfg.platform == platform) or \
+                    cfg.default_model_filename == filename or (
                     unnamed and _first_version_has_file(model_path, filename)):
                 cfg.backend = backend
                 break
@@ -343,6 +344,7 @@ def _autocomplete_backend_fields(cfg: ModelConfig, model_name: str,
 
 # (backend, platform, default model file name) of the frameworks with a built-in backend
 _FRAMEWORKS = (("onnxruntime", "onnxruntime_onnx", "model.onnx"),
+               ("openvino", "", "model.xml"),  # Triton gives OpenVINO no platform
                ("pytorch", "pytorch_libtorch", "model.pt"))
 
 

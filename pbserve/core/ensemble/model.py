@@ -18,7 +18,7 @@ from typing import AsyncIterator, Callable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.core.cache.cached_infer import infer_cached, new_load
-from pbserve.core.cache.response_cache import ResponseCache
+from pbserve.core.cache.store import ResponseStore
 from pbserve.core.ensemble.scheduler import EnsembleRun, StepError, StepModel, Value
 from pbserve.core.ensemble.steps import ensemble_graph
 from pbserve.core.ensemble.validation import validate_ensemble
@@ -40,7 +40,7 @@ class EnsembleModel:
 
     def __init__(self, name: str, version: int, model_dir: Path, cfg: mc.ModelConfig,
                  find_model: FindModel, refs: BlockRefs,
-                 cache: ResponseCache | None = None) -> None:
+                 cache: ResponseStore | None = None) -> None:
         """`find_model(name, version)`: a loaded composing model (NOT_FOUND if none);
         `refs`: the parent's pool, which the ensemble's inputs are copied into once;
         `cache`: the server's response cache, used when the config enables it."""
@@ -201,7 +201,6 @@ class EnsembleModel:
         blocks: list = []
         error: ServerError | None = None
         run: EnsembleRun | None = None
-        started = 0
         task = asyncio.current_task()
         if task is not None:
             self._runs.add(task)
@@ -216,7 +215,6 @@ class EnsembleModel:
                 unneeded = self._unneeded[key] = self.graph.unneeded(outputs)
             run = EnsembleRun(self.name, self.version, self.graph, self._find_model,
                               request, outputs, emit, unneeded, trace)
-            started = time.monotonic_ns()
             await run.run(inputs)
         except StepError as err:
             error = err.error
@@ -232,8 +230,8 @@ class EnsembleModel:
                 self._refs.drop((block.region, block.offset))
             if task is not None:
                 self._runs.discard(task)
-            if trace is not None:
-                trace.finish(arrival, started, time.monotonic_ns())
+            if trace is not None:  # no compute stamps: an ensemble executes nothing itself
+                trace.finish(arrival, 0, 0)
         took_us = (time.monotonic_ns() - arrival) // 1000
         stats.request_us += took_us
         stats.last_inference_ms = int(time.time() * 1000)

@@ -6,16 +6,19 @@ The spans are Triton's (server `src/tracer.cc`), all of kind SERVER from the tra
 the W3C `traceparent` the client sent, if any); under it a span named after the model
 (attributes triton.model_name, triton.model_version, triton.trace_id,
 triton.trace_parent_id, triton.request_id; events REQUEST_START, QUEUE_START,
-REQUEST_END); under that a "compute" span (COMPUTE_START, COMPUTE_END). An ensemble's
-steps are model spans under the ensemble's model span; a BLS call made with
-`trace=request.trace()` is a model span under its caller's compute span. The model sees
-its model span as `request.trace().get_context()`: `{"traceparent": "00-..."}`.
+REQUEST_END); under that a "compute" span (COMPUTE_START, COMPUTE_END) for a model that
+executes. An ensemble executes nothing itself: its span has no compute span, its steps'
+model spans are its children. A BLS call made with `trace=request.trace()` is a model
+span under its caller's model span, beside the caller's compute span (tritonserver 2.51
+with the Python backend: the backend reports the compute timestamps after `execute`
+returns, so no compute span is open when the call starts; docs/tracing.md shows both
+trees). The model sees its model span as `request.trace().get_context()`:
+`{"traceparent": "00-..."}`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -99,11 +102,9 @@ class OtelExport:
 
 class OtelTrace:
     """One traced request's spans (`Trace`'s interface: `child`, `finish`, `id`,
-    `context`); `pending` is set once the request is queued at a model (its compute span
-    is the parent of the BLS calls it makes)."""
+    `context`)."""
 
-    __slots__ = ("id", "parent_id", "context", "pending", "_export", "_tracer", "_root",
-                 "_request", "_compute", "_lock")
+    __slots__ = ("id", "parent_id", "context", "_export", "_tracer", "_root", "_request")
 
     def __init__(self, export: OtelExport, tracer: Any, trace_id: int, model_name: str,
                  model_version: str, request_id: str, parent_id: int = 0,
@@ -111,8 +112,6 @@ class OtelTrace:
         """`tracer`: the Tracer (`new_id`, `_held`, `_ended`: the live traces' books)."""
         self._export, self._tracer = export, tracer
         self.id, self.parent_id = trace_id, parent_id
-        self.pending: Any = None
-        self._lock = threading.Lock()
         now = time.monotonic_ns()
         self._root: Span | None = None
         if parent_span is None:
@@ -126,35 +125,24 @@ class OtelTrace:
             attributes["triton.request_id"] = request_id
         self._request = export.start(model_name, now, parent_span, attributes)
         self._request.add_event("REQUEST_START", timestamp=now + export.offset_ns)
-        self._compute: Span | None = None
         self.context = export.context_json(self._request)
 
-    def _compute_span(self, start_ns: int) -> "Span":
-        with self._lock:
-            if self._compute is None:
-                self._compute = self._export.start("compute", start_ns, self._request)
-                self._compute.add_event("COMPUTE_START",
-                                        timestamp=start_ns + self._export.offset_ns)
-            return self._compute
-
     def child(self, model_name: str, model_version: str, request_id: str) -> "OtelTrace":
-        """The trace of a request made for this one: a BLS call made while this request
-        computes (under its compute span), or an ensemble's step (under its model span)."""
-        pending = self.pending
-        if pending is not None and pending.exec_start_ns:
-            parent = self._compute_span(pending.exec_start_ns)
-        else:
-            parent = self._request
+        """The trace of a request made for this one (an ensemble's step, a BLS call):
+        under this request's model span, as Triton places both."""
         return self._tracer._held(OtelTrace(self._export, self._tracer, self._tracer.new_id(),
                                             model_name, model_version, request_id, self.id,
-                                            parent))
+                                            self._request))
 
     def finish(self, queue_start_ns: int, compute_start_ns: int, compute_end_ns: int) -> None:
+        """End the spans; `compute_start_ns` 0: no compute span (never executed, or an
+        ensemble)."""
         offset = self._export.offset_ns
         if queue_start_ns:
             self._request.add_event("QUEUE_START", timestamp=queue_start_ns + offset)
         if compute_start_ns:
-            compute = self._compute_span(compute_start_ns)
+            compute = self._export.start("compute", compute_start_ns, self._request)
+            compute.add_event("COMPUTE_START", timestamp=compute_start_ns + offset)
             compute.add_event("COMPUTE_END", timestamp=compute_end_ns + offset)
             compute.end(end_time=compute_end_ns + offset)
         now = time.monotonic_ns()

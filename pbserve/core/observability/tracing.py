@@ -59,7 +59,7 @@ class Trace:
     """One sampled request's timestamps; `finish` hands it to its sampler."""
 
     __slots__ = ("id", "parent_id", "model_name", "model_version", "request_id", "stamps",
-                 "_tracer", "_owner", "pending")
+                 "_tracer", "_owner")
     context = ""  # the model's `request.trace().get_context()` (OpenTelemetry's only)
 
     def __init__(self, tracer: "Tracer", owner: str, trace_id: int, model_name: str,
@@ -70,7 +70,6 @@ class Trace:
         self.model_name, self.model_version, self.request_id = (
             model_name, model_version, request_id)
         self.stamps: list[tuple[str, int]] = [("REQUEST_START", time.monotonic_ns())]
-        self.pending: Any = None
 
     def child(self, model_name: str, model_version: str, request_id: str) -> "Trace":
         """The trace of a request made for this one (an ensemble's step, a BLS call), as
@@ -79,6 +78,8 @@ class Trace:
                                         model_name, model_version, request_id, self.id))
 
     def finish(self, queue_start_ns: int, compute_start_ns: int, compute_end_ns: int) -> None:
+        """Stamp the rest and hand the records over; `compute_start_ns` 0: no compute
+        stamps (never executed, or an ensemble, which executes nothing itself)."""
         if queue_start_ns:  # 0: refused before it was queued
             self.stamps.append(("QUEUE_START", queue_start_ns))
         if compute_start_ns:  # 0: never executed (cancelled or refused in the queue)
@@ -90,9 +91,11 @@ class Trace:
 
     def _records(self) -> list[dict]:
         version = int(self.model_version) if self.model_version.isdigit() else 0
-        records: list[dict] = [{"id": self.id, "model_name": self.model_name,
-                                "model_version": version, "request_id": self.request_id,
-                                "parent_id": self.parent_id}]
+        head = {"id": self.id, "model_name": self.model_name, "model_version": version,
+                "request_id": self.request_id}
+        if self.parent_id:  # Triton writes it for a child trace only
+            head["parent_id"] = self.parent_id
+        records: list[dict] = [head]
         records += [{"id": self.id, "timestamps": [{"name": name, "ns": ns}]}
                     for name, ns in self.stamps]
         return records

@@ -1,0 +1,86 @@
+"""GET /v1/models and /v1/models/{model} (the ready models, as OpenAI's `model`
+objects), and Triton's model management extension of its frontend, POST
+/v1/models/{model}/load and /unload (only with --model-control-mode=explicit).
+
+`created` is when this endpoint first saw the model ready (Triton's: when its frontend
+started, or loaded it); `owned_by` is Triton's frontend's, "Triton Inference Server".
+The list is the core's, as it is now (Triton's frontend keeps the list it made at
+start-up and what its own load and unload changed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from pbserve.errors import ServerError
+from pbserve.server.http.messages import HttpReply, json_reply
+from pbserve.server.openai.endpoint import Endpoint
+from pbserve.server.openai.errors import OpenAIError, bad_request
+
+OWNED_BY = "Triton Inference Server"
+
+
+class ModelList:
+    """The ready models as OpenAI lists them."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._endpoint = endpoint
+        self._created: dict[str, int] = {}
+        self._changing = asyncio.Lock()  # one load or unload at a time, as Triton's
+
+    def names(self) -> list[str]:
+        names = []
+        for entry in self._endpoint.core.repository_index(ready_only=True):
+            name = entry["name"]
+            if name not in names:
+                names.append(name)
+        return names
+
+    def _model(self, name: str) -> dict[str, Any]:
+        created = self._created.setdefault(name, int(time.time()))
+        return {"id": name, "object": "model", "created": created, "owned_by": OWNED_BY}
+
+    def list(self) -> HttpReply:
+        return json_reply({"object": "list", "data": [self._model(n) for n in self.names()]})
+
+    def get(self, name: str) -> HttpReply:
+        if name not in self.names():
+            raise OpenAIError(404, f"Unknown model: {name}", "model")
+        return json_reply(self._model(name))
+
+    async def load(self, name: str) -> HttpReply:
+        self._explicit_only()
+        async with self._changing:
+            return await self._load(name)
+
+    async def _load(self, name: str) -> HttpReply:
+        if name in self.names():
+            raise bad_request(f"Model '{name}' is already loaded", "model")
+        try:
+            await self._endpoint.core.load_model(name)
+        except ServerError as exc:
+            raise OpenAIError(exc.code.http_status,
+                              f"Failed to load model '{name}': {exc.message}") from None
+        self._created[name] = int(time.time())
+        return json_reply(self._model(name))
+
+    async def unload(self, name: str) -> HttpReply:
+        self._explicit_only()
+        async with self._changing:
+            return await self._unload(name)
+
+    async def _unload(self, name: str) -> HttpReply:
+        if name not in self.names():
+            raise bad_request(f"Unknown model: {name}", "model")
+        try:
+            await self._endpoint.core.unload_model(name)
+        except ServerError as exc:
+            raise OpenAIError(exc.code.http_status,
+                              f"Failed to unload model '{name}': {exc.message}") from None
+        self._created.pop(name, None)
+        return json_reply({"status": "success", "model": name})
+
+    def _explicit_only(self) -> None:
+        if self._endpoint.options.control_mode != "explicit":
+            raise bad_request("Model load/unload requires --model-control-mode=explicit")

@@ -1,0 +1,55 @@
+"""Server-sent events of a streamed completion: `data: {json}` events, `data: [DONE]`
+at the end, and an error in the middle of the stream as OpenAI sends it (an event
+with an `error` object, after which the stream ends). The first piece is awaited
+before the reply starts, so that a request refused by the model or the core gets its
+HTTP status and error body instead of a stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pbserve.errors import ServerError
+from pbserve.server import jsonio
+from pbserve.server.openai.errors import OpenAIError
+from pbserve.server.openai.generation import Piece
+
+DONE = b"data: [DONE]\n\n"
+Indexed = tuple[int, Piece]
+
+
+def event(value: Any) -> bytes:
+    return b"data: " + jsonio.dumps(value) + b"\n\n"
+
+
+async def first_piece(pieces: AsyncIterator[Indexed]) -> Indexed:
+    """The first (index, piece); an OpenAIError (the stream closed) when the request
+    was refused or the model's first answer is an error."""
+    try:
+        first = await pieces.__anext__()
+    except StopAsyncIteration:
+        raise OpenAIError(500, "the model sent no response") from None
+    except ServerError as exc:
+        await pieces.aclose()  # type: ignore[attr-defined]
+        raise OpenAIError.from_server_error(exc) from None
+    except BaseException:
+        await pieces.aclose()  # type: ignore[attr-defined]
+        raise
+    if first[1].error is not None:
+        await pieces.aclose()  # type: ignore[attr-defined]
+        raise OpenAIError.from_server_error(first[1].error)
+    return first
+
+
+async def with_first(first: Indexed, pieces: AsyncIterator[Indexed]
+                     ) -> AsyncIterator[Indexed]:
+    """`first`, then the rest of `pieces`; a ServerError raised on the way becomes an
+    error piece (the last)."""
+    try:
+        yield first
+        async for item in pieces:
+            yield item
+    except ServerError as exc:
+        yield first[0], Piece(final=True, error=exc)
+    finally:
+        await pieces.aclose()  # type: ignore[attr-defined]
