@@ -3,9 +3,13 @@
     python bench/scale.py                      # 16 and 64 models, pbserve then Triton
     python bench/scale.py --models 64 --servers pbserve,triton
     python bench/scale.py --pbserve-args="--stub-zygote false"   # the plain stub start
+    python bench/scale.py --backend torch --servers pbserve,pbserve-plain   # TorchScript
 
 N copies of `identity_fp32` (../shared/perf/anchor_models; one CPU instance each) under
-new names in a scratch repository; each server started in turn on it. For each it
+new names in a scratch repository; each server started in turn on it. `--backend onnx` or
+`torch`: N identity models of pbserve's built-in ONNX Runtime or TorchScript backend
+instead (Triton's wheel here has only the Python backend: compare `pbserve` with
+`pbserve-plain`, the stubs started without a zygote, `--stub-zygote false`). For each it
 prints: the time from start to `/v2/health/ready` answering 200, the processes of its
 tree, their PSS and RSS summed from /proc/PID/smaps_rollup (SETTLE_S after ready), the
 CPU the tree used over IDLE_S of idleness (% of one core), and the latency of the first
@@ -60,6 +64,53 @@ class Result:
     idle_cpu_pct: float
     first_p50_ms: float
     first_max_ms: float
+
+
+FRAMEWORK_CONFIG = """name: "{name}"
+backend: "{backend}"
+max_batch_size: 0
+input [ {{ name: "{inp}" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+output [ {{ name: "{out}" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+"""
+INPUT_NAME = {"identity": "INPUT0", "onnx": "INPUT0", "torch": "INPUT__0"}
+
+
+def make_framework_repository(root: Path, count: int, backend: str) -> Path:
+    """N identity models of the built-in ONNX Runtime or TorchScript backend."""
+    repo = root / f"repo_{backend}_{count}"
+    model = repo / "model_file"
+    model.mkdir(parents=True)
+    if backend == "torch":
+        import torch
+
+        class Identity(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+        torch.jit.script(Identity()).save(str(model / "model.pt"))
+        names = ("pytorch", "model.pt", "INPUT__0", "OUTPUT__0")
+    else:
+        import onnx
+        from onnx import TensorProto, helper
+
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])], "identity",
+            [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [16])],
+            [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [16])])
+        onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        onnx_model.ir_version = 8
+        onnx.save(onnx_model, str(model / "model.onnx"))
+        names = ("onnxruntime", "model.onnx", "INPUT0", "OUTPUT0")
+    backend_name, filename, inp, out = names
+    for i in range(count):
+        name = f"identity_{i:03d}"
+        (repo / name / "1").mkdir(parents=True)
+        shutil.copy(model / filename, repo / name / "1" / filename)
+        (repo / name / "config.pbtxt").write_text(FRAMEWORK_CONFIG.format(
+            name=name, backend=backend_name, inp=inp, out=out))
+    shutil.rmtree(model)
+    return repo
 
 
 def make_repository(root: Path, count: int) -> Path:
@@ -127,30 +178,31 @@ def wait_ready(port: int, proc: subprocess.Popen, start: float) -> float:
     raise RuntimeError("not ready in time")
 
 
-def first_requests(port: int, count: int) -> list[float]:
+def first_requests(port: int, count: int, body: bytes = BODY) -> list[float]:
     """The latency of each model's first request, in ms, one after another."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     latencies = []
     for i in range(count):
         started = time.perf_counter()
-        conn.request("POST", f"/v2/models/identity_{i:03d}/infer", BODY,
+        conn.request("POST", f"/v2/models/identity_{i:03d}/infer", body,
                      {"Content-Type": "application/json"})
         response = conn.getresponse()
-        body = response.read()
+        answer = response.read()
         latencies.append((time.perf_counter() - started) * 1000)
         if response.status != 200:
-            raise RuntimeError(f"identity_{i:03d}: {response.status} {body[:200]!r}")
+            raise RuntimeError(f"identity_{i:03d}: {response.status} {answer[:200]!r}")
     conn.close()
     return latencies
 
 
 def measure(server: str, repo: Path, count: int, idle_s: float, pbserve_args: list[str],
-            log_dir: Path) -> Result:
+            log_dir: Path, body: bytes = BODY) -> Result:
     http_port, grpc_port, metrics_port = free_ports(3)
     flags = ["--model-repository", str(repo), "--http-port", str(http_port),
              "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)]
-    command = [sys.executable, "-m", "pbserve", *flags, *pbserve_args] \
-        if server == "pbserve" else [*TRITON_CMD, *flags]
+    plain = ["--stub-zygote", "false"] if server == "pbserve-plain" else []
+    command = [sys.executable, "-m", "pbserve", *flags, *pbserve_args, *plain] \
+        if server.startswith("pbserve") else [*TRITON_CMD, *flags]
     log_path = log_dir / f"{server}_{count}.log"
     with open(log_path, "wb") as log:
         start = time.monotonic()
@@ -165,7 +217,7 @@ def measure(server: str, repo: Path, count: int, idle_s: float, pbserve_args: li
         cpu0, t0 = tree_cpu_s(proc.pid), time.monotonic()
         time.sleep(idle_s)
         idle = (tree_cpu_s(proc.pid) - cpu0) / (time.monotonic() - t0) * 100
-        latencies = first_requests(http_port, count)
+        latencies = first_requests(http_port, count, body)
     except Exception as err:
         tail = log_path.read_text(errors="replace").splitlines()[-10:]
         raise RuntimeError(f"{server} at {count} models: {err}\n" + "\n".join(tail)) from None
@@ -189,9 +241,12 @@ def print_results(results: list[Result]) -> None:
               f"{r.first_p50_ms:>14.2f} {r.first_max_ms:>7.2f}")
     by = {(r.server, r.models): r for r in results}
     for count in sorted({r.models for r in results}):
-        ours, theirs = by.get(("pbserve", count)), by.get(("triton", count))
+        ours = by.get(("pbserve", count))
+        theirs, name = by.get(("triton", count)), "Triton"
+        if theirs is None:
+            theirs, name = by.get(("pbserve-plain", count)), "the plain start"
         if ours and theirs:
-            print(f"pbserve / Triton at {count} models: ready "
+            print(f"pbserve / {name} at {count} models: ready "
                   f"{ours.ready_s / theirs.ready_s:.2f}x, PSS "
                   f"{ours.pss_mib / theirs.pss_mib:.2f}x, RSS "
                   f"{ours.rss_mib / theirs.rss_mib:.2f}x, first request p50 "
@@ -204,17 +259,22 @@ def main() -> None:
     parser.add_argument("--servers", default="pbserve,triton")
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--pbserve-args", default="", help="more flags for pbserve")
+    parser.add_argument("--backend", choices=("identity", "onnx", "torch"),
+                        default="identity", help="the models: Python (identity_fp32), "
+                        "or the built-in ONNX Runtime or TorchScript backend's")
     args = parser.parse_args()
+    body = BODY.replace(b'"INPUT0"', f'"{INPUT_NAME[args.backend]}"'.encode())
     counts = [int(c) for c in args.models.split(",")]
     servers = args.servers.split(",")
     results = []
     with tempfile.TemporaryDirectory(prefix="pbserve_scale_") as scratch:
         root = Path(scratch)
         for count in counts:
-            repo = make_repository(root, count)
+            repo = make_repository(root, count) if args.backend == "identity" \
+                else make_framework_repository(root, count, args.backend)
             for server in servers:
                 result = measure(server, repo, count, args.idle_s,
-                                 shlex.split(args.pbserve_args), root)
+                                 shlex.split(args.pbserve_args), root, body)
                 results.append(result)
                 print(f"# {server} at {count} models: ready in {result.ready_s:.2f} s",
                       flush=True)

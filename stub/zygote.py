@@ -1,8 +1,10 @@
-"""`python -m stub.zygote --fd FD --parent-pid N`: forks stubs that share its imports.
+"""`python -m stub.zygote --fd FD --parent-pid N [--preload MODULE]`: forks stubs that
+share its imports.
 
-The server starts one per interpreter and stub environment (pbserve's
+The server starts one per interpreter, stub environment and framework (pbserve's
 `instances/zygote_launcher.py`). It imports what every stub imports (numpy,
-`backend_utils`, the stub package, the shm primitives) and then waits on its end of a
+`backend_utils`, the stub package, the shm primitives) and, for the stubs of a built-in
+backend, that backend's framework (`--preload torch`), and then waits on its end of a
 SOCK_SEQPACKET socket pair. Each launch request is a JSON message with the stub's
 arguments and, passed with SCM_RIGHTS, the doorbell eventfd and the write ends of the
 stub's stdout and stderr pipes (the server logs their lines); the zygote forks, the
@@ -16,8 +18,9 @@ zygote), no file descriptor but 0 (/dev/null), 1 and 2 (its own pipes) and its d
 the default signal dispositions but the stub's own (SIGINT and SIGTERM handlers that do
 nothing), an empty signal mask. Its parent is the zygote: the stub's PR_SET_PDEATHSIG
 names the zygote, whose own names the server, so a server that dies takes the zygote and
-then every stub along. The zygote holds no thread when it forks (OpenBLAS stops its pool
-before a fork) and no shared memory.
+then every stub along. The zygote runs no code of its own in other threads when it forks
+(OpenBLAS stops its pool before a fork; onnxruntime's idle thread is not copied: a fork
+copies the calling thread alone) and holds no shared memory.
 
 Messages to the server: {"ready": pid}; {"started": id, "pid": pid} or {"failed": id,
 "error": text} for each launch; {"exited": pid, "code": returncode} when a stub it forked
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import select
@@ -54,15 +58,34 @@ def main() -> None:
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--cmdline-room", default="",
                         help="filler: room for a forked stub's command line")
+    parser.add_argument("--preload", action="append", default=[], metavar="MODULE",
+                        help="a framework its stubs import (a built-in backend's: torch, "
+                             "onnxruntime, openvino), imported here once")
     args = parser.parse_args()
     if not hasattr(socket, "recv_fds") or not hasattr(os, "waitstatus_to_exitcode"):
         sys.exit("a stub zygote needs Python 3.9 or later")  # the server starts plainly
     die_with_parent(args.parent_pid)
     _open_standard_fds()
+    preload(args.preload)
     sock = socket.socket(fileno=args.fd)
     launch = serve(sock)
     if launch is not None:  # in a forked child: become the stub
         become_stub(*launch)
+
+
+def preload(modules: list[str]) -> None:
+    """Import the frameworks a built-in backend's stubs import, so that every stub forked
+    from here shares their pages (a framework zygote: torch costs ~1 s of CPU and
+    ~230 MB a process otherwise). One that cannot be imported here (not installed in
+    this environment, say) is passed over in silence: its stubs import it themselves and
+    say why it fails, in the backend's own words. Importing starts no thread of theirs
+    that a fork would copy (a fork copies the calling thread alone); what they start at
+    first use, they start in each stub."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the stub's own import reports it
+            pass
 
 
 def serve(sock: socket.socket) -> tuple[list[str], int] | None:

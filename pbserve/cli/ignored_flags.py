@@ -19,8 +19,7 @@ IGNORED = (
     "grpc-header-forward-pattern", "allow-sagemaker", "sagemaker-port",
     "sagemaker-safe-port-range", "sagemaker-thread-count", "allow-vertex-ai", "vertex-ai-port",
     "vertex-ai-thread-count", "vertex-ai-default-model", "allow-gpu-metrics",
-    "allow-cpu-metrics", "metrics-interval-ms", "cache-directory",
-    "pinned-memory-pool-byte-size", "cuda-virtual-address-size",
+    "cache-directory", "pinned-memory-pool-byte-size", "cuda-virtual-address-size",
     "buffer-manager-thread-count", "repoagent-directory",
 )
 IGNORED_REPEATABLE = ("metrics-config", "host-policy", "model-load-gpu-limit")

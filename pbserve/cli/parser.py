@@ -10,6 +10,7 @@ import importlib.util
 import sys
 
 from pbserve.core.instances.outage import RESTART_WAIT_S
+from pbserve.core.observability.cpu_metrics import DEFAULT_INTERVAL_MS
 from pbserve.cli.grpc_flags import add_grpc_limit_flags
 from pbserve.core.scheduling.rate_limiter import parse_resource
 from pbserve.cli.help_format import Parser
@@ -176,6 +177,12 @@ def _metrics_flags(flags: Flags) -> None:
         help="the address the metrics server binds to")
     add("--metrics-port", type=int, default=8002,
         help="the port the metrics server (GET /metrics) listens on")
+    add("--allow-cpu-metrics", **BOOL, default=True,
+        help="export CPU utilization and memory (nv_cpu_*); ignored unless "
+             "--allow-metrics is true")
+    add("--metrics-interval-ms", type=int, default=DEFAULT_INTERVAL_MS,
+        help="how often CPU metrics are collected, in milliseconds (polled every half "
+             "interval, as tritonserver)")
 
 
 def _backend_flags(flags: Flags) -> None:
@@ -242,7 +249,8 @@ def _pbserve_flags(flags: Flags) -> None:
              "serves them in this process")
     add("--stub-zygote", **BOOL, default=True,
         help="true forks each stub from a zygote process that imported numpy and the "
-             "model API once (fast, shares that memory); false starts each as its own "
+             "model API once (and, for ONNX, TorchScript and OpenVINO models, their "
+             "framework): fast, shares that memory; false starts each as its own "
              "`python -m stub`")
     add("--model-debug", default="", metavar="MODEL",
         help="MODEL runs a single instance whose stub has this terminal: breakpoint() in "
@@ -270,6 +278,8 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.model_debug and not args.model_debug_port and not sys.stdin.isatty():
         parser.error("--model-debug needs pbserve in the foreground of a terminal "
                      "(its stdin is not one), or --model-debug-port")
+    if args.metrics_interval_ms < 1:
+        parser.error("--metrics-interval-ms must be at least 1")
     if args.frontend_processes < 1:
         parser.error("--frontend-processes must be at least 1")
     if args.frontend_processes > 1 and not args.model_repository:

@@ -109,7 +109,9 @@ def core_options(args: argparse.Namespace) -> CoreOptions:
         model_debug=ModelDebug(args.model_debug or "", args.model_debug_port or "",
                                sys.stdin.isatty()),
         rate_limit=RateLimit(args.rate_limit.lower(),
-                             tuple(parse_resource(r) for r in args.rate_limit_resource)))
+                             tuple(parse_resource(r) for r in args.rate_limit_resource)),
+        cpu_metrics=args.allow_metrics and args.allow_cpu_metrics,
+        metrics_interval_ms=args.metrics_interval_ms)
 
 
 def config_sources(args: argparse.Namespace) -> ConfigSources:

@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from pbserve import __version__
 from pbserve.core.cache.stores import new_store
 from pbserve.core.observability import metrics
+from pbserve.core.observability.cpu_metrics import CpuMetrics
 from pbserve.core.model import Model, ModelServices
 from pbserve.core.options import CoreOptions
 from pbserve.core.config.config_checks import ENSEMBLE_PLATFORM, validate_io_config
@@ -139,6 +140,8 @@ class ModelManager:
                                                  options.allow_client_shm, visible_gpus)
         self._live = False
         self._launcher: StubLauncher = PlainLauncher()
+        self.cpu_metrics = CpuMetrics(options.metrics_interval_ms) \
+            if options.cpu_metrics else None
 
     # -- server lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -159,6 +162,8 @@ class ModelManager:
         self.peers.refs = self._refs
         self._placer = InputPlacer(self._refs)
         self._upkeep.start(self._pool, self._placer.relieve)
+        if self.cpu_metrics is not None:
+            self.cpu_metrics.start()
         self._services = ModelServices(
             InstanceServices(self._regions, self._calls, self._running, self._refs,
                              self._upkeep, self._launcher),
@@ -253,6 +258,8 @@ class ModelManager:
         await self._launcher.close()
         self.shared_memory.close()
         self._upkeep.stop()
+        if self.cpu_metrics is not None:
+            self.cpu_metrics.stop()
         if self._pool is not None:
             self._pool.close()
         self._regions.close()
@@ -342,7 +349,8 @@ class ModelManager:
 
     def metrics_text(self) -> str:
         cache = self.response_cache.metrics_text() if self.response_cache else ""
-        return metrics.render(self.model_counters()) + cache + \
+        cpu = self.cpu_metrics.render() if self.cpu_metrics else ""
+        return metrics.render(self.model_counters()) + cpu + cache + \
             self._calls.custom_metrics.render()
 
     # -- InferenceCore: inference ------------------------------------------------------

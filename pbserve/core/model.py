@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from pbserve.core.repository.execution_env import stub_python
-from pbserve.model_backends import DEFAULT_BACKEND_DIRECTORY, PYTHON_BACKEND, find_backend_model
+from pbserve.model_backends import DEFAULT_BACKEND_DIRECTORY, PYTHON_BACKEND, \
+    find_backend_model, framework_modules
 from pbserve.core.instances.instance import (
     InstanceServices, ModelInstance)
 from pbserve.core.instances.model_debug import ModelDebug
@@ -150,6 +151,7 @@ class Model:
         """The instances of every group, not started. The first one runs auto-complete,
         so the scheduler is made later, from the completed config (`_set_config`)."""
         backend_path = self.backend_path
+        preload = framework_modules(backend_path)
         debug = self._services.debug
         for group_index, group in enumerate(self.cfg.instance_group):
             group_name = group.name or f"{self.name}_{group_index}"
@@ -169,7 +171,7 @@ class Model:
                 )
                 spec = InstanceSpec(self.name, self.version, instance_name,
                                     str(self.model_path), args, self._python,
-                                    backend_path, debug.stub_args(self.name))
+                                    backend_path, debug.stub_args(self.name), preload)
                 instance = ModelInstance(spec, self._services.instances, self, self._accounting,
                                          self._log)
                 self.instances.append(instance)

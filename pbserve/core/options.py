@@ -15,6 +15,7 @@ from pathlib import Path
 from pbserve.core.cache.cache_config import CacheSettings
 from pbserve.core.instances.model_debug import ModelDebug
 from pbserve.core.instances.outage import RESTART_WAIT_S
+from pbserve.core.observability.cpu_metrics import DEFAULT_INTERVAL_MS
 from pbserve.errors import invalid_arg
 from pbserve.model_backends import DEFAULT_BACKEND_DIRECTORY
 
@@ -51,7 +52,12 @@ class CoreOptions:
     backend_directory: Path = Path(DEFAULT_BACKEND_DIRECTORY)  # --backend-directory
     model_debug: ModelDebug = field(default_factory=ModelDebug)
     rate_limit: RateLimit = field(default_factory=RateLimit)
+    cpu_metrics: bool = True  # --allow-cpu-metrics (and --allow-metrics)
+    metrics_interval_ms: int = DEFAULT_INTERVAL_MS  # --metrics-interval-ms
 
     def __post_init__(self) -> None:
         if self.control_mode not in CONTROL_MODES:
             raise invalid_arg(f"unsupported model control mode '{self.control_mode}'")
+        if self.metrics_interval_ms < 1:
+            raise invalid_arg(f"--metrics-interval-ms must be at least 1, got "
+                              f"{self.metrics_interval_ms}")

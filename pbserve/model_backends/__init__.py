@@ -18,6 +18,11 @@ DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"  # tritonserver's defau
 BUILTIN_DIRECTORY = Path(__file__).resolve().parent
 BUILTIN_BACKENDS = ("onnxruntime", "openvino", "pytorch")
 
+# What each built-in backend's stubs import: their zygote imports it first, so that they
+# share its pages (stub/zygote.py --preload).
+FRAMEWORKS = {"onnxruntime": ("onnxruntime",), "openvino": ("openvino",),
+              "pytorch": ("torch",)}
+
 # The extra that installs what a built-in backend imports: package -> pip argument.
 EXTRAS = {"onnxruntime": "pbserve[onnx]", "openvino": "pbserve[openvino]",
           "torch": "pbserve[torch]"}
@@ -72,3 +77,15 @@ def missing_package_message(backend: str, package: str, error: BaseException | N
     cause = f" ({type(error).__name__}: {error})" if error is not None else ""
     return (f"the '{backend}' backend needs the Python package '{package}', which cannot be "
             f"imported{cause}: {how}")
+
+
+def framework_modules(backend_path: str) -> tuple[str, ...]:
+    """The frameworks the stub of a model served by `backend_path` (a Python-based
+    backend's model.py; "" for a Python model) will import: a built-in backend's, or ()
+    for any other (what a user's backend or model imports is its own affair)."""
+    if not backend_path:
+        return ()
+    folder = Path(backend_path).resolve().parent
+    if folder.parent != BUILTIN_DIRECTORY:
+        return ()
+    return FRAMEWORKS.get(folder.name, ())

@@ -28,6 +28,9 @@ NATS_TLS = ("needs certificates, keys and a password the reader makes; "
 CONDA = "conda is not on CI machines (tests/core/test_execution_env.py unpacks such archives)"
 MODEL_VENV = ("makes a venv for a model not in the repository and downloads packages; "
               "tests/core/test_execution_env.py builds such environments offline")
+OPENAI_EXAMPLE = ("README's OpenAI example (the --openai-port, 9000, is not one this runner "
+                  "moves): tests/server/openai/test_openai_frontend_processes.py runs its "
+                  "command and its snippet")
 NOT_RUN: dict[str, str] = {
     "python3 -m venv .venv": CI_INSTALL,
     ". .venv/bin/activate": CI_INSTALL,
@@ -59,13 +62,10 @@ NOT_RUN: dict[str, str] = {
     "pip install posix-ipc": CONDA,
     "conda pack -o models/my_model/my_model_env.tar.gz": CONDA,
     "pip install -e '.[openai]' openai": CI_INSTALL,
-    "pbserve --model-repository models/examples --openai-port 9000":
-        "one more server start (20 s) for what tests/server/openai/test_openai_endpoint.py "
-        "runs: a server with --openai-port",
+    "pbserve --model-repository models/openai --openai-port 9000 --openai-chat-template "
+    "models/openai/echo_llm/chat_template.jinja": OPENAI_EXAMPLE,
     # python snippets, by their first line
-    "from openai import OpenAI":
-        "a client of an LLM the reader serves (my_llm); tests/server/openai/"
-        "test_openai_endpoint.py drives the endpoint with the same client",
+    "from openai import OpenAI": OPENAI_EXAMPLE,
     "def sequence_terminated(self, correlation_id, reason):":
         "a method of a model's TritonPythonModel, not a program "
         "(tests/core/test_sequence_batching.py runs it)",

@@ -42,11 +42,13 @@ Stdio = Optional[Tuple[int, int]]
 
 class StubLauncher(Protocol):
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, stdio: Stdio) -> LaunchedStub:
+                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = ()
+                     ) -> LaunchedStub:
         """Start `python -m stub ARGS --parent-pid P --doorbell-fd FD` with `env` (the
         launcher adds the last two: P is the stub's parent, FD its doorbell's number in
         the stub), its stdout and stderr `stdio` (the caller closes its copies after);
-        an OSError or ServerError if it cannot."""
+        an OSError or ServerError if it cannot. `preload`: the frameworks the stub will
+        import (its backend's), which a launcher may have imported already."""
 
     async def close(self) -> None:
         """The server stops: let go of what the launcher holds (its stubs are gone)."""
@@ -57,7 +59,8 @@ class PlainLauncher:
     that thread: it lives as long as the server)."""
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, stdio: Stdio) -> LaunchedStub:
+                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = ()
+                     ) -> LaunchedStub:
         return PlainStub(asyncio.get_running_loop(), python, args, env, doorbell_fd, stdio)
 
     async def close(self) -> None:

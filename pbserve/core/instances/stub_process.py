@@ -124,11 +124,13 @@ class StubProcess:
                     on_exit: Callable[[int], None], launcher: StubLauncher,
                     python: str | None = None, queue_capacity: int = 1 << 20,
                     sizes: ShmSizes = ShmSizes(),
-                    debug_args: Sequence[str] = ()) -> StubProcess:
+                    debug_args: Sequence[str] = (),
+                    preload: tuple[str, ...] = ()) -> StubProcess:
         """Make the queues and the doorbell and start `python -m stub` with `launcher`;
         on failure nothing of it is left. `debug_args`: model_debug.py's; with
         --debug-terminal the stub gets the server's terminal, else its stdout and stderr
-        are pipes whose lines go to the log (stub_stdio.py)."""
+        are pipes whose lines go to the log (stub_stdio.py). `preload`: the frameworks
+        its model's backend imports (launch's)."""
         self = cls(instance_name, loop, on_messages, on_exit, queue_capacity)
         reads: list[int] = []  # stdout's and stderr's pipes, unless on the terminal
         writes: list[int] = []
@@ -146,7 +148,7 @@ class StubProcess:
                  "--cuda-memory-pool-byte-size",
                  ",".join(f"{gpu}:{size}" for gpu, size in sizes.cuda), *debug_args],
                 stub_environment(), self._doorbell.fd,
-                (writes[0], writes[1]) if writes else None)
+                (writes[0], writes[1]) if writes else None, preload)
         except BaseException:
             for fd in reads:
                 os.close(fd)

@@ -57,6 +57,7 @@ class InstanceSpec:
     python: str | None = None  # the stub's interpreter (EXECUTION_ENV_PATH); None: ours
     backend_path: str = ""  # a Python-based backend's model.py serving the model, or ""
     debug_args: tuple[str, ...] = ()  # --model-debug's stub arguments (model_debug.py)
+    preload: tuple[str, ...] = ()  # the frameworks its backend imports (model_backends)
 
 
 class StubHost(Protocol):
@@ -176,7 +177,7 @@ class StubSupervisor:
             self.stub = await StubProcess.start(
                 self.spec.name, self._loop, self._host.on_messages, self._on_exit,
                 self._launcher, python=self.spec.python, sizes=self._sizes,
-                debug_args=list(self.spec.debug_args))
+                debug_args=list(self.spec.debug_args), preload=self.spec.preload)
         except BaseException:
             self.state = InstanceState.STOPPED
             raise

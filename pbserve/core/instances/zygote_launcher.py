@@ -1,13 +1,15 @@
 """Stubs forked by a zygote (stub/zygote.py): the default `StubLauncher`.
 
-One zygote per interpreter and stub environment (a model's EXECUTION_ENV_PATH gets its
-own), started on first use from the event-loop thread with the environment its stubs
-get; launch requests go over a SOCK_SEQPACKET socket pair, the doorbell eventfd with
-SCM_RIGHTS. A forked stub is the zygote's child, not the server's: the zygote reaps it
-and reports its exit code; the server holds a pidfd of each stub to signal it without a
-pid race, and to see it end if the zygote itself died (then the stubs die with it, by
-their PR_SET_PDEATHSIG). A zygote that cannot start (an interpreter too old for it, say)
-is reported in the log once and its stubs start the plain way.
+One zygote per interpreter, stub environment (a model's EXECUTION_ENV_PATH gets its
+own) and framework (the stubs of a built-in backend's models come from a zygote that
+imported its framework: `torch`, `onnxruntime`, `openvino`), started on first use from
+the event-loop thread with the environment its stubs get; launch requests go over a
+SOCK_SEQPACKET socket pair, the doorbell eventfd with SCM_RIGHTS. A forked stub is the
+zygote's child, not the server's: the zygote reaps it and reports its exit code; the
+server holds a pidfd of each stub to signal it without a pid race, and to see it end if
+the zygote itself died (then the stubs die with it, by their PR_SET_PDEATHSIG). A zygote
+that cannot start (an interpreter too old for it, say) is reported in the log once and
+its stubs start the plain way.
 
 A forked stub's stdout and stderr pipes go to the zygote with the doorbell (SCM_RIGHTS);
 the child puts them on its fds 1 and 2. The one stub that needs the server's terminal
@@ -38,7 +40,8 @@ CMDLINE_ROOM = " " * 1024
 
 
 class ZygoteLauncher:
-    """Zygotes by (interpreter, environment); the plain start where one cannot run."""
+    """Zygotes by (interpreter, environment, frameworks preloaded); the plain start where
+    one cannot run."""
 
     def __init__(self) -> None:
         self._zygotes: dict[tuple, Zygote] = {}
@@ -46,21 +49,23 @@ class ZygoteLauncher:
         self._unusable: set[tuple] = set()
         self._retired: list[Zygote] = []
 
-    def prepare(self, python: str, env: dict[str, str]) -> None:
-        """Start the zygote of `python` and `env` now (it imports while the server does
-        other start-up work); the first launch would start it otherwise."""
-        key = (python, tuple(sorted(env.items())))
+    def prepare(self, python: str, env: dict[str, str], preload: tuple[str, ...] = ()
+                ) -> None:
+        """Start the zygote of `python`, `env` and `preload` now (it imports while the
+        server does other start-up work); the first launch would start it otherwise."""
+        key = (python, tuple(sorted(env.items())), preload)
         if key not in self._zygotes and key not in self._unusable:
             try:
-                zygote = Zygote(asyncio.get_running_loop(), python, env)
+                zygote = Zygote(asyncio.get_running_loop(), python, env, preload)
             except OSError:
                 return  # the launch will say why
             zygote.interpreter = _identity(os.stat(python))
             self._zygotes[key] = zygote
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, stdio: Stdio, retried: bool = False) -> LaunchedStub:
-        key = (python, tuple(sorted(env.items())))
+                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = (),
+                     retried: bool = False) -> LaunchedStub:
+        key = (python, tuple(sorted(env.items())), preload)
         if stdio is None:  # a zygote's child cannot have the server's terminal
             name = args[args.index("--name") + 1] if "--name" in args else "?"
             log.info("instance %s has the server's terminal (--model-debug): its stub is "
@@ -77,7 +82,8 @@ class ZygoteLauncher:
             zygote.retire()
             zygote = None
         if zygote is None or zygote.dead:
-            zygote = self._zygotes[key] = Zygote(asyncio.get_running_loop(), python, env)
+            zygote = self._zygotes[key] = Zygote(asyncio.get_running_loop(), python, env,
+                                                 preload)
             zygote.interpreter = interpreter
         try:
             await zygote.wait_ready()
@@ -86,8 +92,9 @@ class ZygoteLauncher:
                 del self._zygotes[key]
             self._unusable.add(key)
             zygote.close()
-            log.warning("the stub zygote of %s could not start (%s): its stubs start the "
-                        "plain way", python, err)
+            log.warning("the stub zygote of %s%s could not start (%s): its stubs start "
+                        "the plain way", python,
+                        f" with {', '.join(preload)}" if preload else "", err)
             return await self._plain.launch(python, args, env, doorbell_fd, stdio)
         try:
             return await zygote.launch(args, doorbell_fd, stdio)
@@ -95,7 +102,8 @@ class ZygoteLauncher:
             if not zygote.dead or retried:
                 raise
         # the zygote ended under this launch (killed): once more, with a new one
-        return await self.launch(python, args, env, doorbell_fd, stdio, retried=True)
+        return await self.launch(python, args, env, doorbell_fd, stdio, preload,
+                                 retried=True)
 
     async def close(self) -> None:
         zygotes, self._zygotes = [*self._zygotes.values(), *self._retired], {}
@@ -127,7 +135,7 @@ class Zygote:
     """The server's end of one zygote process."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, python: str,
-                 env: dict[str, str]) -> None:
+                 env: dict[str, str], preload: tuple[str, ...] = ()) -> None:
         self._loop = loop
         self.dead = False
         self.interpreter: tuple = ()  # the identity of its interpreter file when started
@@ -142,7 +150,8 @@ class Zygote:
             # From the loop thread, as a plain stub: the zygote's PR_SET_PDEATHSIG names it.
             self.proc = subprocess.Popen(
                 [python, "-m", "stub.zygote", "--fd", str(theirs.fileno()),
-                 "--parent-pid", str(os.getpid()), "--cmdline-room", CMDLINE_ROOM],
+                 "--parent-pid", str(os.getpid()), "--cmdline-room", CMDLINE_ROOM,
+                 *(arg for module in preload for arg in ("--preload", module))],
                 env=env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),))
         except BaseException:
             ours.close()

@@ -5,7 +5,13 @@ objects), and Triton's model management extension of its frontend, POST
 `created` is when this endpoint first saw the model ready (Triton's: when its frontend
 started, or loaded it); `owned_by` is Triton's frontend's, "Triton Inference Server".
 The list is the core's, as it is now (Triton's frontend keeps the list it made at
-start-up and what its own load and unload changed)."""
+start-up and what its own load and unload changed).
+
+A load or unload that fails answers as Triton's frontend: 400 for the core's INVALID_ARG
+(a bad name, a model whose load failed), 500 for any other error. A load of a name the
+repositories do not hold is 500 too: Triton's core fails it with INTERNAL ("failed to
+poll from model repository"); pbserve's core raises INVALID_ARG with those words, which
+its KServe endpoints keep, and this endpoint tells it by them."""
 
 from __future__ import annotations
 
@@ -13,12 +19,15 @@ import asyncio
 import time
 from typing import Any
 
-from pbserve.errors import ServerError
+from pbserve.errors import ErrorCode, ServerError
 from pbserve.server.http.messages import HttpReply, json_reply
 from pbserve.server.openai.endpoint import Endpoint
 from pbserve.server.openai.errors import OpenAIError, bad_request
 
 OWNED_BY = "Triton Inference Server"
+# The words of Triton's core for a load of a name no repository holds (or two hold),
+# which it fails with INTERNAL; pbserve's core raises INVALID_ARG with them.
+POLL_FAILURE = "failed to poll from model repository"
 
 
 class ModelList:
@@ -60,7 +69,7 @@ class ModelList:
         try:
             await self._endpoint.core.load_model(name)
         except ServerError as exc:
-            raise OpenAIError(exc.code.http_status,
+            raise OpenAIError(_load_status(exc),
                               f"Failed to load model '{name}': {exc.message}") from None
         self._created[name] = int(time.time())
         return json_reply(self._model(name))
@@ -76,7 +85,7 @@ class ModelList:
         try:
             await self._endpoint.core.unload_model(name)
         except ServerError as exc:
-            raise OpenAIError(exc.code.http_status,
+            raise OpenAIError(_status(exc),
                               f"Failed to unload model '{name}': {exc.message}") from None
         self._created.pop(name, None)
         return json_reply({"status": "success", "model": name})
@@ -84,3 +93,13 @@ class ModelList:
     def _explicit_only(self) -> None:
         if self._endpoint.options.control_mode != "explicit":
             raise bad_request("Model load/unload requires --model-control-mode=explicit")
+
+
+def _load_status(error: ServerError) -> int:
+    """A failed load's status: a poll failure is 500, as Triton's core's INTERNAL."""
+    return 500 if POLL_FAILURE in error.message else _status(error)
+
+
+def _status(error: ServerError) -> int:
+    """Triton's frontend: InvalidArgumentError is the client's (400), the rest 500."""
+    return 400 if error.code is ErrorCode.INVALID_ARG else 500
