@@ -3,7 +3,7 @@ under faults.
 
     python bench/soak.py [--seconds 60] [--clients 32] [--timeout 30]
                          [--sample-every 30] [--phases memory,stub,cluster]
-                         [--cluster-seconds 60] [--nats-gap 2]
+                         [--cluster-seconds 60] [--nats-gap 2] [--settle 3]
 
 Every client is a thread with its own connection, on one path in turn
 (bench/soak_clients.py): HTTP unary, gRPC unary, gRPC stream, decoupled (gRPC stream,
@@ -96,7 +96,7 @@ def _stub_of(server_pid: int, model: str) -> int | None:
 
 def phase_memory(server: RunningServer, args) -> None:
     print(f"\n== memory: {args.clients} clients on {', '.join(PATHS)}, {args.seconds:.0f} s,"
-          f" RSS every {args.sample_every:.0f} s")
+          f" RSS every {args.sample_every:g} s")
     print(f"before: {snapshot(server.pid)}")
     sampler = RssSampler(server.pid, args.sample_every)
     sampler.start()
@@ -106,7 +106,7 @@ def phase_memory(server: RunningServer, args) -> None:
     sampler.stop()
     for line in sampler.report():
         print(line)
-    time.sleep(3.0)  # released blocks and idle regions given back (1-2 s idle)
+    time.sleep(args.settle)  # released blocks and idle regions given back (1-2 s idle)
     print(f"after:  {snapshot(server.pid)}")
 
 
@@ -122,7 +122,7 @@ def phase_stub(server: RunningServer, args) -> None:
         print(f"killed {KILLED}'s stub (pid {killed}) at {args.seconds / 2:.1f} s")
     run.sleep_until(args.seconds)
     run.finish()
-    time.sleep(3.0)
+    time.sleep(args.settle)
     print(f"after:  {snapshot(server.pid)}")
 
 
@@ -168,6 +168,8 @@ def main() -> None:
     parser.add_argument("--cluster-seconds", type=float, default=60.0)
     parser.add_argument("--nats-gap", type=float, default=2.0,
                         help="seconds nats-server stays down in the cluster phase")
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="seconds idle after a phase's clients, before its 'after' line")
     args = parser.parse_args()
     phases = args.phases.split(",")
     if {"memory", "stub"} & set(phases):

@@ -10,7 +10,9 @@ arguments and, passed with SCM_RIGHTS, the doorbell eventfd and the write ends o
 stub's stdout and stderr pipes (the server logs their lines); the zygote forks, the
 child puts the pipes on its fds 1 and 2 first thing and becomes `python -m stub ARGS`
 (runpy runs `stub/__main__.py` as `__main__`, the interpreter then ends as that command
-would). The pages imported here are shared copy-on-write by every stub it forks.
+would; a framework zygote's stub ends without the C++ static destructors,
+`run_then_exit_at_once`). The pages imported here are shared copy-on-write by every stub
+it forks.
 
 What a forked stub gets is what `python -m stub` gets from the server: the same
 environment (the zygote was started with it, and a stub needing another gets another
@@ -31,6 +33,7 @@ server closes its end.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import importlib
 import json
@@ -39,6 +42,9 @@ import select
 import signal
 import socket
 import sys
+import threading
+import traceback
+from typing import Callable
 
 from stub.parent_death import die_with_parent
 from stub.signals import set_shutdown_handlers
@@ -69,7 +75,12 @@ def main() -> None:
     preload(args.preload)
     sock = socket.socket(fileno=args.fd)
     launch = serve(sock)
-    if launch is not None:  # in a forked child: become the stub
+    if launch is None:
+        return
+    # in a forked child: become the stub
+    if args.preload:
+        run_then_exit_at_once(lambda: become_stub(*launch))
+    else:
         become_stub(*launch)
 
 
@@ -140,6 +151,39 @@ def become_stub(argv: list[str], doorbell: int) -> None:
     _show_command_line(argv)
     sys.argv[:] = ["-m", *argv]  # runpy puts the module's path first, as `-m` does
     runpy._run_module_as_main("stub", alter_argv=True)
+
+
+def run_then_exit_at_once(run: Callable[[], None]) -> None:
+    """Run a stub forked from a framework zygote, then end it as the interpreter would
+    (its other threads joined, `atexit` run, the streams flushed) but without the C++
+    static destructors: the framework's would join threads of the zygote's that no fork
+    copied (onnxruntime's: `terminate called after throwing an instance of
+    'std::system_error'`, then SIGABRT)."""
+    code: int = 0
+    try:
+        run()
+    except SystemExit as exit_:
+        if exit_.code is None:
+            code = 0
+        elif isinstance(exit_.code, int):
+            code = exit_.code
+        else:  # sys.exit("message"), as the interpreter says it
+            print(exit_.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - as the interpreter: the traceback, status 1
+        traceback.print_exc()
+        code = 1
+    main_thread = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _show_command_line(argv: list[str]) -> None:

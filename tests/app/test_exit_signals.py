@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -120,7 +119,11 @@ def test_a_frontend_and_its_worker_stopped_together_both_exit(tmp_path):
             try:
                 worker.wait_ready()
                 frontend.wait_ready()
-                time.sleep(0.5)
+                # the frontend follows the worker's registry entries: it serves its model
+                client = frontend.http_client()
+                wait_for(lambda: client.is_model_ready("identity"), "the frontend to "
+                         "serve the worker's model")
+                client.close()
                 for server in (frontend, worker):
                     os.kill(server.pid, signal.SIGINT)
                 for server in (frontend, worker):

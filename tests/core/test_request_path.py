@@ -229,7 +229,7 @@ def test_an_instance_waiting_on_its_bls_call_is_not_counted_as_computing(monkeyp
 
         def call() -> None:
             try:
-                models.infer("bls_to_sleepy", sleep_ms(3000))
+                models.infer("bls_to_sleepy", sleep_ms(2000))  # the kill comes first
             except Exception as exc:  # noqa: BLE001 - the test looks at it
                 failed.append(exc)
 

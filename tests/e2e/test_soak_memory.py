@@ -21,10 +21,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from soak_memory import TARGET_MIB_PER_MIN, RssSampler, slope_per_minute  # noqa: E402
 
-# Grows 2 MiB every 0.1 s (up to 80 MiB), with a child that does not grow.
+# Grows 2 MiB every 0.1 s (up to 80 MiB), with a child that does not grow (it has
+# started: "ready" comes after its own line, so its start-up is not sampled as growth).
 LEAKY = textwrap.dedent("""
     import subprocess, sys, time
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "up"
     print("ready", flush=True)
     kept = []
     for _ in range(40):
@@ -48,7 +52,7 @@ def test_a_leaking_process_is_reported_over_the_target_and_its_child_is_not():
         assert proc.stdout.readline().strip() == "ready"
         sampler = RssSampler(proc.pid, 0.25, out=lambda line: None)
         sampler.start()
-        time.sleep(3.0)
+        time.sleep(1.5)  # 7 samples; the slope is over the last 0.75 s (>= 4 of them)
         sampler.stop()
         slopes = sampler.slopes()
         assert set(slopes) == {"parent", next(n for n in slopes if n.startswith("stub "))}
@@ -63,9 +67,11 @@ def test_a_leaking_process_is_reported_over_the_target_and_its_child_is_not():
 
 
 def test_a_short_soak_samples_the_parent_and_every_stub_on_every_path():
+    """2 s of clients sampled every 0.4 s: 6 samples or more (4 are asked for), and
+    every path sent to; no settling before the "after" line, which is not checked."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench/soak.py"), "--phases", "memory", "--seconds", "4",
-         "--sample-every", "1", "--clients", "5", "--timeout", "30"],
+        [sys.executable, str(ROOT / "bench/soak.py"), "--phases", "memory", "--seconds", "2",
+         "--sample-every", "0.4", "--settle", "0", "--clients", "5", "--timeout", "30"],
         capture_output=True, text=True, timeout=180).stdout
     for path in ("http", "grpc", "grpc_stream", "decoupled", "bls"):
         sent, answered, failed, lost = map(int, re.search(

@@ -160,3 +160,29 @@ def test_a_framework_the_environment_lacks_leaves_the_stub_to_say_so(tmp_path, m
     (entry,) = [m for m in index if m["name"] == "torch_a"]
     assert entry["state"] == "UNAVAILABLE"
     assert "pbserve[torch]" in entry["reason"], entry
+
+
+def test_a_forked_onnx_stub_ends_cleanly(tmp_path) -> None:
+    """onnxruntime leaves a thread in its zygote that no fork copies: a stub ending as the
+    interpreter does would run the framework's C++ destructors, which join it and abort
+    (`terminate called after throwing an instance of 'std::system_error'`)."""
+    from onnx import TensorProto, helper
+    repo = tmp_path / "repo"
+    save_graph(repo / "onnx_a" / "1" / "model.onnx",
+               [helper.make_node("Add", ["INPUT0", "INPUT0"], ["OUTPUT0"])],
+               [("INPUT0", TensorProto.FLOAT, [4])], [("OUTPUT0", TensorProto.FLOAT, [4])])
+    write(repo / "onnx_a" / "config.pbtxt", CONFIG.format(
+        name="onnx_a", backend="onnxruntime", inp="INPUT0", out="OUTPUT0"))
+    log = tmp_path / "server.log"
+    with running_server(repo, log_path=log) as srv:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{srv.http_port}")
+        tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.ones(4, np.float32))
+        np.testing.assert_array_equal(client.infer("onnx_a", [tensor]).as_numpy("OUTPUT0"),
+                                      np.full(4, 2, np.float32))
+        client.close()
+        (stub,) = stub_pids(srv.pid)
+        assert _preloaded(_parent(stub)) == ["onnxruntime"]
+    text = log.read_text()
+    assert "successfully unloaded 'onnx_a'" in text
+    assert "terminate called" not in text and "system_error" not in text, text[-2000:]
