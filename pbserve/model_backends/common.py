@@ -334,17 +334,23 @@ def compare_dims(model_name: str, tensor_name: str, model_shape: Sequence[int],
                 f"{shape_string(model_shape)}")
         full = [-1, *dims]
         if not _dims_match(model_shape, full):
-            raise ValueError(
-                f"model '{model_name}', tensor '{tensor_name}': the model expects "
-                f"{len(model_shape)} dimensions (shape {shape_string(model_shape)}) but the "
-                f"model configuration specifies {len(full)} dimensions (an initial batch "
-                "dimension because max_batch_size > 0 followed by the explicit tensor shape, "
-                f"making complete shape {shape_string(full)})")
+            raise dims_mismatch(model_name, tensor_name, model_shape, full, batched=True)
     elif not _dims_match(model_shape, list(dims)):
-        raise ValueError(
-            f"model '{model_name}', tensor '{tensor_name}': the model expects "
+        raise dims_mismatch(model_name, tensor_name, model_shape, dims, batched=False)
+
+
+def dims_mismatch(model_name: str, tensor_name: str, model_shape: Sequence[int],
+                  config_shape: Sequence[int], batched: bool) -> ValueError:
+    """Triton's words (CompareDimsSupported) for a config whose shape is not the model's:
+    `config_shape` begins with the batch dimension when `batched`."""
+    head = (f"model '{model_name}', tensor '{tensor_name}': the model expects "
             f"{len(model_shape)} dimensions (shape {shape_string(model_shape)}) but the model "
-            f"configuration specifies {len(dims)} dimensions (shape {shape_string(dims)})")
+            f"configuration specifies {len(config_shape)} dimensions ")
+    if batched:
+        return ValueError(f"{head}(an initial batch dimension because max_batch_size > 0 "
+                          "followed by the explicit tensor shape, making complete shape "
+                          f"{shape_string(config_shape)})")
+    return ValueError(f"{head}(shape {shape_string(config_shape)})")
 
 
 def _dims_match(model_shape: list[int], dims: list[int]) -> bool:

@@ -3,7 +3,6 @@ made with the `onnx` package's helpers, served by a real server, driven by trito
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,8 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from pbserve.testing import running_server  # noqa: E402
+from add_mul_checks import check_add_mul, check_batched  # noqa: E402
+from client_inputs import typed_input as inp  # noqa: E402
 from model_files import save_graph, write  # noqa: E402
 
 FP32, FP16, STRING, INT64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.STRING, TensorProto.INT64
@@ -197,12 +198,6 @@ def server(repo, tmp_path_factory):
         yield srv
 
 
-def inp(name: str, array: np.ndarray, datatype: str, module=http):
-    i = module.InferInput(name, list(array.shape), datatype)
-    i.set_data_from_numpy(array)
-    return i
-
-
 def test_a_model_with_no_config_is_auto_completed_from_its_graph(server) -> None:
     client = server.http_client()
     assert client.is_model_ready("auto")
@@ -216,44 +211,11 @@ def test_a_model_with_no_config_is_auto_completed_from_its_graph(server) -> None
     meta = client.get_model_metadata("auto")
     assert meta["platform"] == "onnxruntime_onnx"
     assert meta["inputs"][0]["shape"] == [-1, 4]
-    a = np.arange(8, dtype=np.float32).reshape(2, 4)
-    b = np.full((2, 4), 2, np.float32)
-    r = client.infer("auto", [inp("A", a, "FP32"), inp("B", b, "FP32")])
-    np.testing.assert_array_equal(r.as_numpy("SUM"), a + b)
-    np.testing.assert_array_equal(r.as_numpy("PROD"), a * b)
-    # only the output asked for
-    r = client.infer("auto", [inp("A", a, "FP32"), inp("B", b, "FP32")],
-                     outputs=[http.InferRequestedOutput("PROD")])
-    assert r.as_numpy("SUM") is None
-    np.testing.assert_array_equal(r.as_numpy("PROD"), a * b)
+    check_add_mul(client, "auto")
 
 
 def test_dynamic_batching_concatenates_requests_and_splits_outputs(server) -> None:
-    results: dict[int, np.ndarray] = {}
-    errors: list[BaseException] = []
-
-    def one(k: int) -> None:
-        try:
-            client = server.grpc_client()
-            a = np.full((k, 4), k, np.float32)
-            b = np.arange(4 * k, dtype=np.float32).reshape(k, 4)
-            r = client.infer("batched", [inp("A", a, "FP32", grpcclient),
-                                         inp("B", b, "FP32", grpcclient)])
-            results[k] = (r.as_numpy("SUM"), a + b)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(k,)) for k in (1, 2, 3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for got, want in results.values():
-        np.testing.assert_array_equal(got, want)
-    stats = server.http_client().get_inference_statistics("batched")["model_stats"][0]
-    assert stats["inference_count"] == 6  # batch sizes 1 + 2 + 3
-    assert stats["execution_count"] < 3, stats  # at least two requests ran as one batch
+    check_batched(server, "batched")
 
 
 def test_a_model_without_a_batch_dimension(server) -> None:

@@ -4,18 +4,18 @@ by tritonclient over HTTP and gRPC."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
 ov = pytest.importorskip("openvino")
 import openvino.opset13 as ops  # noqa: E402
 
+from add_mul_checks import check_add_mul, check_batched  # noqa: E402
+from client_inputs import typed_input as inp  # noqa: E402
 from model_files import write  # noqa: E402
 from pbserve.testing import running_server  # noqa: E402
 
@@ -111,12 +111,6 @@ def server(repo, tmp_path_factory):
         yield srv
 
 
-def inp(name: str, array: np.ndarray, datatype: str, module=http):
-    i = module.InferInput(name, list(array.shape), datatype)
-    i.set_data_from_numpy(array)
-    return i
-
-
 def test_a_model_with_no_config_is_auto_completed_from_the_model(server) -> None:
     client = server.http_client()
     cfg = client.get_model_config("auto")
@@ -130,47 +124,13 @@ def test_a_model_with_no_config_is_auto_completed_from_the_model(server) -> None
     assert cfg["instance_group"][0]["kind"] == "KIND_CPU"
     assert cfg["instance_group"][0]["count"] == 1  # Triton's default for openvino
     assert client.get_model_metadata("auto")["platform"] == "openvino"
-    a = np.arange(8, dtype=np.float32).reshape(2, 4)
-    b = np.full((2, 4), 2, np.float32)
-    r = client.infer("auto", [inp("A", a, "FP32"), inp("B", b, "FP32")])
-    np.testing.assert_array_equal(r.as_numpy("SUM"), a + b)
-    np.testing.assert_array_equal(r.as_numpy("PROD"), a * b)
-    r = client.infer("auto", [inp("A", a, "FP32"), inp("B", b, "FP32")],
-                     outputs=[http.InferRequestedOutput("PROD")])
-    assert r.as_numpy("SUM") is None
-    np.testing.assert_array_equal(r.as_numpy("PROD"), a * b)
+    check_add_mul(client, "auto")
 
 
 def test_a_partial_config_gets_its_inputs_and_batches_dynamically(server) -> None:
     cfg = server.http_client().get_model_config("batched")
     assert [(i["name"], i["dims"]) for i in cfg["input"]] == [("A", [4]), ("B", [4])]
-    results: dict[int, tuple] = {}
-    errors: list[BaseException] = []
-
-    def one(k: int) -> None:
-        try:
-            client = server.grpc_client()
-            a = np.full((k, 4), k, np.float32)
-            b = np.arange(4 * k, dtype=np.float32).reshape(k, 4)
-            r = client.infer("batched", [inp("A", a, "FP32", grpcclient),
-                                         inp("B", b, "FP32", grpcclient)])
-            results[k] = (r.as_numpy("SUM"), a + b, r.as_numpy("PROD"), a * b)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(k,)) for k in (1, 2, 3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    assert len(results) == 3
-    for got_sum, want_sum, got_prod, want_prod in results.values():
-        np.testing.assert_array_equal(got_sum, want_sum)
-        np.testing.assert_array_equal(got_prod, want_prod)
-    stats = server.http_client().get_inference_statistics("batched")["model_stats"][0]
-    assert stats["inference_count"] == 6  # batch sizes 1 + 2 + 3
-    assert stats["execution_count"] < 3, stats  # at least two requests ran as one batch
+    check_batched(server, "batched")
 
 
 def test_the_configs_data_types_are_converted_by_openvino(server) -> None:

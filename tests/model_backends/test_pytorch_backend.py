@@ -5,18 +5,18 @@ installs the CPU wheel: .ci/run)."""
 from __future__ import annotations
 
 import textwrap
-import threading
 from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
 import pytest
-import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 
+from client_inputs import typed_input as inp  # noqa: E402
+from concurrent_calls import at_once  # noqa: E402
 from pbserve.testing import running_server  # noqa: E402
 
 
@@ -109,12 +109,6 @@ def server(tmp_path_factory):
         yield srv
 
 
-def inp(name: str, array: np.ndarray, datatype: str):
-    i = http.InferInput(name, list(array.shape), datatype)
-    i.set_data_from_numpy(array)
-    return i
-
-
 def test_named_index_inputs_and_outputs_whatever_their_config_order(server) -> None:
     client = server.http_client()
     assert client.get_model_metadata("add_sub")["platform"] == "pytorch_libtorch"
@@ -126,26 +120,15 @@ def test_named_index_inputs_and_outputs_whatever_their_config_order(server) -> N
 
 
 def test_dynamic_batching_concatenates_requests_and_splits_outputs(server) -> None:
-    results, errors = {}, []
-
-    def one(k: int) -> None:
-        try:
-            a = np.full((k, 4), k, np.float32)
-            b = np.arange(4 * k, dtype=np.float32).reshape(k, 4)
-            r = server.http_client().infer(
-                "add_sub", [inp("INPUT__0", a, "FP32"), inp("INPUT__1", b, "FP32")])
-            results[k] = (r.as_numpy("OUTPUT__1"), a - b)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+    def one(k: int) -> tuple:
+        a = np.full((k, 4), k, np.float32)
+        b = np.arange(4 * k, dtype=np.float32).reshape(k, 4)
+        r = server.http_client().infer(
+            "add_sub", [inp("INPUT__0", a, "FP32"), inp("INPUT__1", b, "FP32")])
+        return r.as_numpy("OUTPUT__1"), a - b
 
     before = server.http_client().get_inference_statistics("add_sub")["model_stats"][0]
-    threads = [threading.Thread(target=one, args=(k,)) for k in (1, 2, 3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for got, want in results.values():
+    for got, want in at_once(one, (1, 2, 3)).values():
         np.testing.assert_array_equal(got, want)
     after = server.http_client().get_inference_statistics("add_sub")["model_stats"][0]
     assert after["inference_count"] - before["inference_count"] == 6

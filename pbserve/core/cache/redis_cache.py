@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from typing import Awaitable, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -36,6 +37,7 @@ log = logging.getLogger("pbserve")
 
 KEY_PREFIX = "pbserve:v1:"
 _UNREACHABLE = (RedisError, OSError, asyncio.TimeoutError)
+T = TypeVar("T")
 
 
 class SniSSLConnection(aioredis.SSLConnection):
@@ -111,18 +113,12 @@ class RedisCache:
         counters.lookups += 1
         entry = None
         if self._client is not None and self.outage.may_try():
-            try:
-                fields = await self._client.hgetall(key)
-                self.outage.succeeded()
-                entry = decode(fields) if fields else None
-            except (BadEntry, ResponseError) as exc:
-                self.outage.succeeded()
-                self._bad_entry(key, exc)
-            except _UNREACHABLE as exc:
-                self.outage.failed(exc)
-            except asyncio.CancelledError:
-                self.outage.abandoned()
-                raise
+            fields = await self._ask(key, self._client.hgetall(key))
+            if fields:
+                try:
+                    entry = decode(fields)
+                except BadEntry as exc:
+                    self._bad_entry(key, exc)
         else:
             self.outage.went_without()
         if entry is None:
@@ -144,17 +140,7 @@ class RedisCache:
         if self._client is None or not self.outage.may_try():
             return True
         started = time.monotonic_ns()
-        try:
-            await self._client.hset(key, mapping=fields)
-            self.outage.succeeded()
-        except ResponseError as exc:
-            self.outage.succeeded()
-            self._bad_entry(key, exc)
-        except _UNREACHABLE as exc:
-            self.outage.failed(exc)
-        except asyncio.CancelledError:
-            self.outage.abandoned()
-            raise
+        await self._ask(key, self._client.hset(key, mapping=fields))
         self.counters.insertion_ns += time.monotonic_ns() - started
         return True
 
@@ -162,6 +148,24 @@ class RedisCache:
         """Triton's server-wide cache metrics that this server can count: its lookups,
         hits, misses and their times (the entries are Redis's: `INFO keyspace`)."""
         return gauge_lines(counter_gauges(self.counters))
+
+    async def _ask(self, key: str, command: Awaitable[T]) -> T | None:
+        """`command`'s answer, the outage told how it went; None when Redis could not be
+        reached, or refused the command on `key` (something else is kept there)."""
+        try:
+            answer = await command
+        except ResponseError as exc:
+            self.outage.succeeded()
+            self._bad_entry(key, exc)
+            return None
+        except _UNREACHABLE as exc:
+            self.outage.failed(exc)
+            return None
+        except asyncio.CancelledError:
+            self.outage.abandoned()
+            raise
+        self.outage.succeeded()
+        return answer
 
     def _bad_entry(self, key: str, error: Exception) -> None:
         now = time.monotonic()

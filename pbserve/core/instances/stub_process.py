@@ -217,6 +217,10 @@ class StubProcess:
 
     def _exited(self, code: int) -> None:
         if not self._closing:
+            # What the stub put before it ended is read before its end is told: the exit
+            # (a pidfd, the zygote's word) and the doorbell come in either order, and a
+            # stub whose model failed to load says why, then exits at once.
+            self._drain()
             self._on_exit(code)
 
     # -- ending -----------------------------------------------------------------------

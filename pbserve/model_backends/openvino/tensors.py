@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import openvino as ov
 from openvino.preprocess import PrePostProcessor
 
-from pbserve.model_backends.common import TensorSpec, shape_string, tensor_specs
+from pbserve.model_backends.common import TensorSpec, dims_mismatch, tensor_specs
 
 # config data types <-> OpenVINO element types (Triton's ModelConfigDataTypeToOpenVINOElement
 # and OpenVINOElementToModelConfigDataType: no FP64, BF16 or STRING)
@@ -154,15 +154,7 @@ def compare_dims(model_name: str, tensor_name: str, shape: ov.PartialShape,
             _matches(shape[i], d) for i, d in enumerate(full)
             if exact or (i != 0 and d != -1))
         if not same:
-            raise ValueError(
-                f"model '{model_name}', tensor '{tensor_name}': the model expects "
-                f"{len(model_shape)} dimensions (shape {shape_string(model_shape)}) but the "
-                f"model configuration specifies {len(full)} dimensions (an initial batch "
-                "dimension because max_batch_size > 0 followed by the explicit tensor shape, "
-                f"making complete shape {shape_string(full)})")
+            raise dims_mismatch(model_name, tensor_name, model_shape, full, batched=True)
     elif len(model_shape) != len(dims) or not all(
             _matches(shape[i], d) for i, d in enumerate(dims)):
-        raise ValueError(
-            f"model '{model_name}', tensor '{tensor_name}': the model expects "
-            f"{len(model_shape)} dimensions (shape {shape_string(model_shape)}) but the model "
-            f"configuration specifies {len(dims)} dimensions (shape {shape_string(dims)})")
+        raise dims_mismatch(model_name, tensor_name, model_shape, dims, batched=False)

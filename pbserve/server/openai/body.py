@@ -53,47 +53,39 @@ class Body:
             return _MISSING
         return value
 
-    def string(self, name: str, default: str | None = None, required: bool = False
-               ) -> str | None:
+    def _typed(self, name: str, kinds: type | tuple[type, ...], what: str,
+               required: bool = False) -> Any:
+        """The field's value (_MISSING when absent or null); a 400 naming `what` it
+        must be when it is not one of `kinds` (a boolean is no number)."""
         value = self._get(name, required)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, str):
-            raise bad_request(f"'{name}' must be a string, not {_type_name(value)}", name)
+        if value is not _MISSING and (not isinstance(value, kinds) or (
+                isinstance(value, bool) and kinds is not bool)):
+            raise bad_request(f"'{name}' must be {what}, not {_type_name(value)}", name)
         return value
 
+    def string(self, name: str, default: str | None = None, required: bool = False
+               ) -> str | None:
+        value = self._typed(name, str, "a string", required)
+        return default if value is _MISSING else value
+
     def boolean(self, name: str, default: bool = False) -> bool:
-        value = self._get(name, False)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, bool):
-            raise bad_request(f"'{name}' must be a boolean, not {_type_name(value)}", name)
-        return value
+        value = self._typed(name, bool, "a boolean")
+        return default if value is _MISSING else value
 
     def integer(self, name: str, default: int | None = None, minimum: int | None = None,
                 maximum: int | None = None) -> int | None:
-        value = self._get(name, False)
+        value = self._typed(name, int, "an integer")
         if value is _MISSING:
             return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad_request(f"'{name}' must be an integer, not {_type_name(value)}", name)
-        if (minimum is not None and value < minimum) or \
-                (maximum is not None and value > maximum):
-            raise bad_request(f"'{name}' must be {_bounds(minimum, maximum)}, got {value}",
-                              name)
+        _check_bounds(name, value, minimum, maximum)
         return value
 
     def number(self, name: str, minimum: float | None = None,
                maximum: float | None = None) -> float | None:
-        value = self._get(name, False)
+        value = self._typed(name, (int, float), "a number")
         if value is _MISSING:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad_request(f"'{name}' must be a number, not {_type_name(value)}", name)
-        if (minimum is not None and value < minimum) or \
-                (maximum is not None and value > maximum):
-            raise bad_request(f"'{name}' must be {_bounds(minimum, maximum)}, got {value}",
-                              name)
+        _check_bounds(name, value, minimum, maximum)
         return float(value)
 
     def strings(self, name: str) -> list[str] | None:
@@ -108,20 +100,19 @@ class Body:
         raise bad_request(f"'{name}' must be a string or a list of strings", name)
 
     def mapping(self, name: str) -> dict[str, Any] | None:
-        value = self._get(name, False)
-        if value is _MISSING:
-            return None
-        if not isinstance(value, dict):
-            raise bad_request(f"'{name}' must be an object, not {_type_name(value)}", name)
-        return value
+        value = self._typed(name, dict, "an object")
+        return None if value is _MISSING else value
 
     def array(self, name: str) -> list | None:
-        value = self._get(name, False)
-        if value is _MISSING:
-            return None
-        if not isinstance(value, list):
-            raise bad_request(f"'{name}' must be an array, not {_type_name(value)}", name)
-        return value
+        value = self._typed(name, list, "an array")
+        return None if value is _MISSING else value
+
+
+def _check_bounds(name: str, value: float, minimum: float | None,
+                  maximum: float | None) -> None:
+    if (minimum is not None and value < minimum) or \
+            (maximum is not None and value > maximum):
+        raise bad_request(f"'{name}' must be {_bounds(minimum, maximum)}, got {value}", name)
 
 
 def _bounds(minimum: float | None, maximum: float | None) -> str:

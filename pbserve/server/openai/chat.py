@@ -21,9 +21,9 @@ from typing import Any
 from pbserve.server.http.messages import HttpReply, HttpStreamReply, json_reply
 from pbserve.server.openai.body import Body
 from pbserve.server.openai.endpoint import Endpoint, collect, generation_of
-from pbserve.server.openai.errors import OpenAIError, bad_request, error_event
-from pbserve.server.openai.generation import merged, pieces
-from pbserve.server.openai.sse import DONE, Indexed, event, first_piece, with_first
+from pbserve.server.openai.errors import OpenAIError, bad_request
+from pbserve.server.openai.generation import Piece, merged, pieces
+from pbserve.server.openai.sse import Indexed, choice_events, first_piece, with_first
 from pbserve.server.openai.tool_calls import PARSERS, ToolCallParser
 from pbserve.server.openai.usage import Usage
 
@@ -223,33 +223,20 @@ class _ChoiceStream:
         return {"content": so_far}, "stop"
 
 
-async def _events(head: dict[str, Any], items: AsyncIterator[Indexed], n: int,
-                  usage: Usage, include_usage: bool, tool_name: str | None,
-                  parser: ToolCallParser | None) -> AsyncIterator[bytes]:
-    chunk = {**head, "object": "chat.completion.chunk"}
+def _events(head: dict[str, Any], items: AsyncIterator[Indexed], n: int, usage: Usage,
+            include_usage: bool, tool_name: str | None, parser: ToolCallParser | None
+            ) -> AsyncIterator[bytes]:
     choices = [_ChoiceStream(tool_name, parser) for _ in range(n)]
-    try:
-        for index in range(n):
-            yield event({**chunk, "choices": [{
-                "index": index, "delta": {"role": ROLE, "content": ""},
-                "logprobs": None, "finish_reason": None}], "usage": None})
-        async for index, piece in items:
-            if piece.error is not None:
-                yield error_event(piece.error.code.http_status, piece.error.message)
-                return
-            usage.add(index, piece)
-            delta, reason = choices[index].delta(piece.text, piece.final)
-            if delta is None:
-                continue
-            if reason == "stop" and piece.finish_reason is not None:
-                reason = piece.finish_reason
-            yield event({**chunk, "choices": [{"index": index, "delta": delta,
-                                               "logprobs": None, "finish_reason": reason}],
-                         "usage": None})
-        if include_usage:
-            counted = usage.value()
-            if counted is not None:
-                yield event({**chunk, "choices": [], "usage": counted})
-        yield DONE
-    finally:
-        await items.aclose()  # type: ignore[attr-defined]
+
+    def choice_of(index: int, piece: Piece) -> dict[str, Any] | None:
+        delta, reason = choices[index].delta(piece.text, piece.final)
+        if delta is None:
+            return None
+        if reason == "stop" and piece.finish_reason is not None:
+            reason = piece.finish_reason
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
+
+    roles = [{"index": index, "delta": {"role": ROLE, "content": ""}, "logprobs": None,
+              "finish_reason": None} for index in range(n)]
+    return choice_events({**head, "object": "chat.completion.chunk"}, items, usage,
+                         include_usage, choice_of, roles)

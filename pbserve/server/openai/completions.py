@@ -15,9 +15,9 @@ from typing import Any
 from pbserve.server.http.messages import HttpReply, HttpStreamReply, json_reply
 from pbserve.server.openai.body import Body
 from pbserve.server.openai.endpoint import Endpoint, collect, generation_of
-from pbserve.server.openai.errors import bad_request, error_event
-from pbserve.server.openai.generation import merged, pieces
-from pbserve.server.openai.sse import DONE, Indexed, event, first_piece, with_first
+from pbserve.server.openai.errors import bad_request
+from pbserve.server.openai.generation import Piece, merged, pieces
+from pbserve.server.openai.sse import Indexed, choice_events, first_piece, with_first
 from pbserve.server.openai.usage import Usage
 
 OBJECT = "text_completion"
@@ -70,27 +70,16 @@ def _prompt(body: Body) -> str:
     return prompt
 
 
-async def _events(head: dict[str, Any], items: AsyncIterator[Indexed], usage: Usage,
-                  echo: str, include_usage: bool) -> AsyncIterator[bytes]:
+def _events(head: dict[str, Any], items: AsyncIterator[Indexed], usage: Usage, echo: str,
+            include_usage: bool) -> AsyncIterator[bytes]:
     echoed: set[int] = set()
-    try:
-        async for index, piece in items:
-            if piece.error is not None:
-                yield error_event(piece.error.code.http_status, piece.error.message)
-                return
-            usage.add(index, piece)
-            text = piece.text
-            if echo and index not in echoed:
-                echoed.add(index)
-                text = echo + text
-            reason = (piece.finish_reason or "stop") if piece.final else None
-            yield event({**head, "choices": [{"index": index, "text": text,
-                                              "logprobs": None, "finish_reason": reason}],
-                         "usage": None})
-        if include_usage:
-            counted = usage.value()
-            if counted is not None:
-                yield event({**head, "choices": [], "usage": counted})
-        yield DONE
-    finally:
-        await items.aclose()  # type: ignore[attr-defined]
+
+    def choice_of(index: int, piece: Piece) -> dict[str, Any]:
+        text = piece.text
+        if echo and index not in echoed:
+            echoed.add(index)
+            text = echo + text
+        reason = (piece.finish_reason or "stop") if piece.final else None
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+
+    return choice_events(head, items, usage, include_usage, choice_of)

@@ -91,12 +91,17 @@ def _input(body: Body) -> Any:
 
 async def _run(handle: ModelHandle, request: InferRequest
                ) -> tuple[list[list[float]], int | None]:
-    """The embeddings of one request and its prompt's tokens (if reported)."""
-    if not handle.decoupled:
-        responses = [await handle.infer(request)]
-    else:
-        responses = [r async for r in handle.stream_infer(request)]
+    """The embeddings of one request and its prompt's tokens (if reported); every
+    response is released and a decoupled model's stream closed, also on a failure."""
+    responses: list[InferResponse] = []
+    stream = None
     try:
+        if not handle.decoupled:
+            responses.append(await handle.infer(request))
+        else:
+            stream = handle.stream_infer(request)
+            async for response in stream:
+                responses.append(response)
         for response in responses:
             if response.error is not None:
                 raise OpenAIError.from_server_error(response.error)
@@ -106,6 +111,9 @@ async def _run(handle: ModelHandle, request: InferRequest
     finally:
         for response in responses:
             response.release()
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _vectors(response: InferResponse) -> list[list[float]]:

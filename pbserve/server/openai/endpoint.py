@@ -28,6 +28,9 @@ NOT_SAMPLING = frozenset((
 
 @dataclass
 class Endpoint:
+    """What every OpenAI request handler is given: the core, the model plans, the flags,
+    the chat template (None: chat is refused) and the largest body taken."""
+
     core: InferenceCore
     plans: ModelPlans
     options: OpenAIOptions
@@ -40,6 +43,7 @@ class Endpoint:
 
     @staticmethod
     def include_usage(body: Body) -> bool:
+        """`stream_options.include_usage`, checked (False when not given)."""
         options = body.mapping("stream_options")
         if options is None:
             return False

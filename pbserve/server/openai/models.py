@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.server.http.messages import HttpReply, json_reply
@@ -59,9 +59,7 @@ class ModelList:
         return json_reply(self._model(name))
 
     async def load(self, name: str) -> HttpReply:
-        self._explicit_only()
-        async with self._changing:
-            return await self._load(name)
+        return await self._one_at_a_time(self._load, name)
 
     async def _load(self, name: str) -> HttpReply:
         if name in self.names():
@@ -75,9 +73,7 @@ class ModelList:
         return json_reply(self._model(name))
 
     async def unload(self, name: str) -> HttpReply:
-        self._explicit_only()
-        async with self._changing:
-            return await self._unload(name)
+        return await self._one_at_a_time(self._unload, name)
 
     async def _unload(self, name: str) -> HttpReply:
         if name not in self.names():
@@ -90,9 +86,13 @@ class ModelList:
         self._created.pop(name, None)
         return json_reply({"status": "success", "model": name})
 
-    def _explicit_only(self) -> None:
+    async def _one_at_a_time(self, change: Callable[[str], Awaitable[HttpReply]],
+                             name: str) -> HttpReply:
+        """`change(name)` (a load or an unload) in explicit mode only, one at a time."""
         if self._endpoint.options.control_mode != "explicit":
             raise bad_request("Model load/unload requires --model-control-mode=explicit")
+        async with self._changing:
+            return await change(name)
 
 
 def _load_status(error: ServerError) -> int:

@@ -3,6 +3,7 @@ answering with the OpenAI routes, on the InferenceCore the KServe endpoints serv
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from pbserve.core.api import InferenceCore
@@ -23,7 +24,9 @@ async def start_openai_server(core: InferenceCore, options: OpenAIOptions,
                               listener: Listener | None = None) -> HttpServer:
     """The OpenAI-compatible endpoint on `listener` (else bound to the options' address
     and port: BindError); ChatTemplateError for a tokenizer that cannot be used."""
-    template = ChatTemplate.load(options.tokenizer, options.chat_template)
+    # file reads and the tokenizer's parse, off the loop that already serves requests
+    template = await asyncio.to_thread(ChatTemplate.load, options.tokenizer,
+                                       options.chat_template)
     if template is None:
         log.info("OpenAI endpoint: no --openai-tokenizer or --openai-chat-template: chat "
                  "completions are refused")

@@ -6,16 +6,19 @@ HTTP status and error body instead of a stream."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pbserve.errors import ServerError
 from pbserve.server import jsonio
-from pbserve.server.openai.errors import OpenAIError
+from pbserve.server.openai.errors import OpenAIError, error_event
 from pbserve.server.openai.generation import Piece
+from pbserve.server.openai.usage import Usage
 
 DONE = b"data: [DONE]\n\n"
 Indexed = tuple[int, Piece]
+# A piece's choice object (index, text or delta, finish_reason), None: nothing to send
+ChoiceOf = Callable[[int, Piece], "dict[str, Any] | None"]
 
 
 def event(value: Any) -> bytes:
@@ -53,3 +56,30 @@ async def with_first(first: Indexed, pieces: AsyncIterator[Indexed]
         yield first[0], Piece(final=True, error=exc)
     finally:
         await pieces.aclose()  # type: ignore[attr-defined]
+
+
+async def choice_events(chunk: dict[str, Any], items: AsyncIterator[Indexed], usage: Usage,
+                        include_usage: bool, choice_of: ChoiceOf,
+                        first: Sequence[dict[str, Any]] = ()) -> AsyncIterator[bytes]:
+    """A streamed completion's events: a `chunk` (id, object, model...) with each of the
+    `first` choices, then with `choice_of` each piece (its tokens counted first), the
+    usage chunk when `include_usage`, and [DONE]; an error piece ends the stream with an
+    error event. `items` is closed at the end, or when the client goes."""
+    try:
+        for choice in first:
+            yield event({**chunk, "choices": [choice], "usage": None})
+        async for index, piece in items:
+            if piece.error is not None:
+                yield error_event(piece.error.code.http_status, piece.error.message)
+                return
+            usage.add(index, piece)
+            choice = choice_of(index, piece)
+            if choice is not None:
+                yield event({**chunk, "choices": [choice], "usage": None})
+        if include_usage:
+            counted = usage.value()
+            if counted is not None:
+                yield event({**chunk, "choices": [], "usage": counted})
+        yield DONE
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]

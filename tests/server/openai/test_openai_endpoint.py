@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
 import urllib.request
 
 import numpy as np
@@ -16,7 +15,7 @@ import openai
 import pytest
 
 from llm_models import write_repository, write_tokenizer
-from pbserve.testing import RunningServer, free_ports
+from openai_server import post, running_openai_server
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "the weather of a city",
@@ -28,40 +27,18 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("openai")
     repo = write_repository(root / "models")
     tokenizer = write_tokenizer(root / "tokenizer")
-    (port,) = free_ports(1)
-    server = RunningServer([repo], ["--openai-port", str(port), "--openai-tokenizer",
-                                    str(tokenizer), "--openai-tool-call-parser", "llama3"],
-                           log_path=root / "server.log")
-    try:
-        server.wait_ready()
-        server.openai_url = f"http://127.0.0.1:{port}"
+    with running_openai_server([repo], ["--openai-tokenizer", str(tokenizer),
+                                        "--openai-tool-call-parser", "llama3"],
+                               root / "server.log") as server:
         server.repo = repo
         yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=server.openai_url + "/v1", api_key="none",
-                       max_retries=0) as client:
-        yield client
 
 
 @pytest.fixture
-def async_client(server):
-    return openai.AsyncOpenAI(base_url=server.openai_url + "/v1", api_key="none",
-                              max_retries=0)
-
-
-def post(server, path: str, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(server.openai_url + path, data=body,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
+async def async_client(server):
+    async with openai.AsyncOpenAI(base_url=server.openai_url + "/v1", api_key="none",
+                                  max_retries=0) as client:
+        yield client
 
 
 # --- models and health -----------------------------------------------------------------
@@ -141,7 +118,6 @@ async def test_async_streamed_completion_with_usage(async_client):
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert chunks[-1].choices == []
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (4, 3)
-    await async_client.close()
 
 
 # --- chat --------------------------------------------------------------------------------
@@ -170,7 +146,6 @@ async def test_async_chat_not_streamed(async_client):
     assert (message.role, message.content, message.tool_calls) == ("assistant", "w0 w1 ",
                                                                    None)
     assert answer.usage.completion_tokens == 2
-    await async_client.close()
 
 
 def test_tool_calls_parsed_and_named(client):

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-import urllib.error
 import urllib.request
 from pathlib import Path
 
-import openai
 import pytest
 from doc_commands import extract
 from doc_runner import flag_value, set_flag
-
-from pbserve.testing import RunningServer, free_ports
+from openai_server import post, running_openai_server
 
 ROOT = Path(__file__).resolve().parents[3]
 README_PORT = "9000"
@@ -38,33 +34,10 @@ def server(tmp_path_factory):
     args, _ = readme_example()
     for flag in ("--model-repository", "--openai-chat-template"):  # from the checkout
         args = set_flag(args, flag, str(ROOT / flag_value(args, flag)))
-    (port,) = free_ports(1)
-    args = set_flag(args, "--openai-port", str(port))
-    server = RunningServer([], [*args, "--frontend-processes", "2",
-                                "--model-control-mode", "explicit", "--load-model", "*"],
-                           log_path=tmp_path_factory.mktemp("openai_fp") / "server.log")
-    try:
-        server.wait_ready()
-        server.openai_url = f"http://127.0.0.1:{port}"
+    with running_openai_server([], [*args, "--frontend-processes", "2",
+                                    "--model-control-mode", "explicit", "--load-model", "*"],
+                               tmp_path_factory.mktemp("openai_fp") / "server.log") as server:
         yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=server.openai_url + "/v1", api_key="none",
-                       max_retries=0) as client:
-        yield client
-
-
-def post(server, path: str) -> tuple[int, dict]:
-    request = urllib.request.Request(server.openai_url + path, data=b"", method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def test_readme_example_streams_a_chat_through_the_core(server):
