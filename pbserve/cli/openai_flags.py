@@ -1,7 +1,11 @@
 """pbserve's flags for the OpenAI-compatible endpoint (docs/openai.md): Triton's
 OpenAI frontend's --openai-port, and its --tokenizer, --chat-template, --backend,
 --default-max-tokens and --tool-call-parser under `--openai-` names; made into
-`OpenAIOptions` by `openai_options`, each checked before anything starts."""
+`OpenAIOptions` by `openai_options`, each checked before anything starts.
+
+The tokenizer and chat template are loaded once, here, when the flags are checked (so a
+bad one is refused before any model loads): `check_openai_flags` keeps what it loaded
+on the flags' namespace (`LOADED`), and `openai_options` hands it to the server."""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ from pbserve.server.openai.options import (
     TOOL_CALL_PARSERS,
     OpenAIOptions,
 )
+
+# the namespace attribute that holds the ChatTemplate check_openai_flags loaded
+LOADED = "openai_loaded_template"
 
 
 def add_openai_flags(flags: argparse._ActionsContainer) -> None:
@@ -42,7 +49,7 @@ def add_openai_flags(flags: argparse._ActionsContainer) -> None:
 def check_openai_flags(args: argparse.Namespace) -> str:
     """What is wrong with the --openai-* flags ('' when nothing): one given without
     --openai-port, a port or count out of range, a tokenizer or template that cannot
-    be used (read here, so that the error comes before anything starts)."""
+    be used (loaded here, and kept on `args` for `openai_options`: the one load)."""
     given = [name for name in ("openai_tokenizer", "openai_chat_template", "openai_backend",
                                "openai_tool_call_parser") if getattr(args, name)]
     if args.openai_port is None:
@@ -54,14 +61,17 @@ def check_openai_flags(args: argparse.Namespace) -> str:
     from pbserve.server.openai.chat_template import ChatTemplate, ChatTemplateError
 
     try:
-        ChatTemplate.load(args.openai_tokenizer, args.openai_chat_template)
+        template = ChatTemplate.load(args.openai_tokenizer, args.openai_chat_template)
     except ChatTemplateError as exc:
         return str(exc)
+    setattr(args, LOADED, template)
     return ""
 
 
 def openai_options(args: argparse.Namespace) -> OpenAIOptions | None:
-    """The OpenAI endpoint's options (None without --openai-port)."""
+    """The OpenAI endpoint's options (None without --openai-port), with the template
+    `check_openai_flags` loaded (none when the flags were not checked: a frontend
+    process's, which serves no OpenAI endpoint; the server would load it)."""
     if args.openai_port is None:
         return None
     return OpenAIOptions(
@@ -69,4 +79,4 @@ def openai_options(args: argparse.Namespace) -> OpenAIOptions | None:
         tokenizer=args.openai_tokenizer, chat_template=args.openai_chat_template,
         backend=args.openai_backend, default_max_tokens=args.openai_default_max_tokens,
         tool_call_parser=args.openai_tool_call_parser,
-        control_mode=args.model_control_mode)
+        control_mode=args.model_control_mode, template=getattr(args, LOADED, None))

@@ -59,21 +59,22 @@ async def create_chat_completion(endpoint: Endpoint, body: Body
     n = body.integer("n", 1, minimum=1, maximum=128)
     streams = [pieces(handle, plan.generation_request(generation)) for _ in range(n)]
     usage = Usage(prompt, n, endpoint.token_counter)
+    what = f"OpenAI /v1/chat/completions of model '{model}'"
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
             "model": model, "system_fingerprint": None}
     if generation.stream:
-        items = merged(streams)
+        items = merged(streams, what)
         first = await first_piece(items)
         return HttpStreamReply(_events(head, with_first(first, items), n, usage,
                                        endpoint.include_usage(body), tool_name, parser))
-    texts, reasons = await collect(merged(streams), n, usage)
+    texts, reasons = await collect(merged(streams, what), n, usage)
     choices = []
     for index in range(n):
         message, reason = _message(texts[index], tool_name, parser, head["id"])
         choices.append({"index": index, "message": message, "logprobs": None,
                         "finish_reason": reason if reason != "stop" else reasons[index]})
     return json_reply({**head, "object": "chat.completion", "choices": choices,
-                       "usage": usage.value()})
+                       "usage": await usage.value()})
 
 
 # --- the request -----------------------------------------------------------------------

@@ -42,18 +42,19 @@ async def create_completion(endpoint: Endpoint, body: Body) -> HttpReply | HttpS
     n = body.integer("n", 1, minimum=1, maximum=128)
     streams = [pieces(handle, plan.generation_request(generation)) for _ in range(n)]
     usage = Usage(prompt, n, endpoint.token_counter)
+    what = f"OpenAI /v1/completions of model '{model}'"
     echo = prompt if generation.echo and not plan.echoes else ""
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": OBJECT, "created": int(time.time()),
             "model": model, "system_fingerprint": None}
     if generation.stream:
-        items = merged(streams)
+        items = merged(streams, what)
         first = await first_piece(items)
         return HttpStreamReply(_events(head, with_first(first, items), usage, echo,
                                        endpoint.include_usage(body)))
-    texts, reasons = await collect(merged(streams), n, usage)
+    texts, reasons = await collect(merged(streams, what), n, usage)
     choices = [{"index": i, "text": echo + texts[i], "logprobs": None,
                 "finish_reason": reasons[i]} for i in range(n)]
-    return json_reply({**head, "choices": choices, "usage": usage.value()})
+    return json_reply({**head, "choices": choices, "usage": await usage.value()})
 
 
 def _prompt(body: Body) -> str:

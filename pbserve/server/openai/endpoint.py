@@ -8,11 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pbserve.core.api import InferenceCore
-from pbserve.errors import ServerError
 from pbserve.server.openai.body import Body
 from pbserve.server.openai.chat_template import ChatTemplate
 from pbserve.server.openai.conventions import Generation, ModelPlans
-from pbserve.server.openai.errors import OpenAIError, bad_request
+from pbserve.server.openai.errors import bad_request
 from pbserve.server.openai.generation import Piece
 from pbserve.server.openai.options import OpenAIOptions
 from pbserve.server.openai.usage import Counter, Usage
@@ -39,7 +38,7 @@ class Endpoint:
 
     @property
     def token_counter(self) -> Counter | None:
-        return self.template.count_tokens if self.template is not None else None
+        return self.template.token_counts if self.template is not None else None
 
     @staticmethod
     def include_usage(body: Body) -> bool:
@@ -87,13 +86,11 @@ async def collect(items: AsyncIterator[tuple[int, Piece]], n: int, usage: Usage
     try:
         async for index, piece in items:
             if piece.error is not None:
-                raise OpenAIError.from_server_error(piece.error)
+                raise piece.error
             usage.add(index, piece)
             texts[index].append(piece.text)
             if piece.finish_reason is not None:
                 reasons[index] = piece.finish_reason
-    except ServerError as exc:
-        raise OpenAIError.from_server_error(exc) from None
     finally:
         await items.aclose()  # type: ignore[attr-defined]
     return ["".join(parts) for parts in texts], reasons

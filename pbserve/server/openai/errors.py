@@ -7,12 +7,16 @@ alone, and clients written against it read that. Statuses are Triton's frontend'
 400 for what the client got wrong (an unknown model included), 404 for an unknown
 model's /v1/models/{model}, 500 for the server's or the model's failure; an error the
 core raises keeps its own code's status (INVALID_ARG 400, UNAVAILABLE 503, ...).
+An unexpected exception (a bug) is a 500 logged with its traceback (`request_error`).
 """
 
 from __future__ import annotations
 
+import logging
+
 from pbserve.errors import ServerError
 from pbserve.server import jsonio
+from pbserve.server.error_log import ErrorLog, error_of
 from pbserve.server.http.messages import HttpReply
 
 
@@ -28,6 +32,22 @@ class OpenAIError(Exception):
     @classmethod
     def from_server_error(cls, error: ServerError) -> OpenAIError:
         return cls(error.code.http_status, error.message)
+
+
+# unexpected exceptions of generation requests: logged with their traceback, rate-limited
+_ERRORS = ErrorLog(logging.getLogger("pbserve.openai"))
+
+
+def request_error(exc: Exception, what: str | None) -> OpenAIError:
+    """The error a request that raised `exc` ends with: an OpenAIError as it is, a
+    ServerError with its code's status, any other exception (a bug) a 500 naming it,
+    logged at error level with its traceback as `what` failed (rate-limited as
+    server/error_log.py says; `what` None: not logged, the request logged it already)."""
+    if isinstance(exc, OpenAIError):
+        return exc
+    if what is None:
+        return OpenAIError.from_server_error(error_of(exc))
+    return OpenAIError.from_server_error(_ERRORS.request_failed(what, exc))
 
 
 def bad_request(message: str, param: str | None = None) -> OpenAIError:

@@ -5,6 +5,10 @@ pieces of several requests at once (`n` choices) as one stream.
 A decoupled model runs through the handle's `stream_infer`, any other through `infer`
 (one response). Closing the iterator (the client went away, or the request failed)
 closes the model's stream, which cancels its request (Model.stream_infer).
+
+Whatever a stream raises (the core refusing the request, a response the endpoint
+cannot read, a bug) ends it as an error piece, so that a streamed reply can end with an
+error event; an unexpected exception is logged with its traceback, once per request.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from dataclasses import dataclass
 
 from pbserve.core.api import ModelHandle
 from pbserve.core.types import InferRequest, InferResponse
-from pbserve.errors import ServerError, internal
+from pbserve.errors import ServerError
+from pbserve.server.openai.errors import OpenAIError, request_error
 from pbserve.server.openai.tensors import count_output, output_named, strings, text_output
 
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
@@ -31,14 +36,14 @@ class Piece:
     input_tokens: int | None = None
     output_tokens: int | None = None
     finish_reason: str | None = None  # the model's own `finish_reason` output, if any
-    error: ServerError | None = None
+    error: OpenAIError | None = None  # the request failed: its status and message
 
 
 def piece_of(response: InferResponse) -> Piece:
     """The piece of `response`, which is released here."""
     try:
         if response.error is not None:
-            return Piece(final=True, error=response.error)
+            return Piece(final=True, error=OpenAIError.from_server_error(response.error))
         if not response.outputs:
             return Piece(final=response.final)
         reason = output_named(response, "finish_reason")
@@ -70,15 +75,33 @@ async def pieces(handle: ModelHandle, request: InferRequest) -> AsyncIterator[Pi
             await close()
 
 
-async def merged(streams: list[AsyncIterator[Piece]]
+class _Failures:
+    """The errors of one request's streams as error pieces: the first unexpected one
+    logged with its traceback (as `what` failed), the others of that request not."""
+
+    def __init__(self, what: str) -> None:
+        self._what: str | None = what
+
+    def piece(self, exc: Exception) -> Piece:
+        error = request_error(exc, self._what)
+        if not isinstance(exc, (OpenAIError, ServerError)):
+            self._what = None  # a bug, logged (or left out by the rate limit): once
+        return Piece(final=True, error=error)
+
+
+async def merged(streams: list[AsyncIterator[Piece]], what: str
                  ) -> AsyncIterator[tuple[int, Piece]]:
     """The pieces of several streams as they come, each with its stream's index; every
-    stream is closed (its request cancelled) when this one is."""
+    stream is closed (its request cancelled) when this one is. A stream that raises
+    ends with an error piece (`what`: the request, named in the log of a bug)."""
+    failures = _Failures(what)
     if len(streams) == 1:
         stream = streams[0]
         try:
             async for piece in stream:
                 yield 0, piece
+        except Exception as exc:
+            yield 0, failures.piece(exc)
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
         return
@@ -88,11 +111,8 @@ async def merged(streams: list[AsyncIterator[Piece]]
         try:
             async for piece in stream:
                 await queue.put((index, piece))
-        except ServerError as exc:  # refused before it ran (validation)
-            await queue.put((index, Piece(final=True, error=exc)))
         except Exception as exc:
-            await queue.put((index, Piece(final=True, error=internal(
-                f"{type(exc).__name__}: {exc}"))))
+            await queue.put((index, failures.piece(exc)))
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
             await queue.put((index, None))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from pbserve.server.openai.chat_template import ChatTemplate
 
 # Triton's --default-max-tokens
 DEFAULT_MAX_TOKENS = 16
@@ -23,3 +25,6 @@ class OpenAIOptions:
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     tool_call_parser: str | None = None
     control_mode: str = "none"  # --model-control-mode: load and unload need "explicit"
+    # tokenizer and chat_template loaded already (by the flags' check); None: the
+    # server loads them (None as well when neither is given)
+    template: ChatTemplate | None = field(default=None, compare=False, repr=False)

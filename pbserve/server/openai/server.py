@@ -23,10 +23,12 @@ async def start_openai_server(core: InferenceCore, options: OpenAIOptions,
                               limits: HttpLimits = HttpLimits(),
                               listener: Listener | None = None) -> HttpServer:
     """The OpenAI-compatible endpoint on `listener` (else bound to the options' address
-    and port: BindError); ChatTemplateError for a tokenizer that cannot be used."""
-    # file reads and the tokenizer's parse, off the loop that already serves requests
-    template = await asyncio.to_thread(ChatTemplate.load, options.tokenizer,
-                                       options.chat_template)
+    and port: BindError), with the options' template, loaded here when it was not
+    already (ChatTemplateError for a tokenizer that cannot be used)."""
+    template = options.template
+    if template is None:  # file reads and the tokenizer's parse, off the loop
+        template = await asyncio.to_thread(ChatTemplate.load, options.tokenizer,
+                                           options.chat_template)
     if template is None:
         log.info("OpenAI endpoint: no --openai-tokenizer or --openai-chat-template: chat "
                  "completions are refused")

@@ -8,7 +8,8 @@ A generation model answers `w0 w1 ...` (max_tokens of them, stopping before a st
 word); its prompt may ask for more: PARAMS (answer the parameters it received, as
 JSON), FAIL (an error after two tokens), SLOW (a token every 20 ms, for up to 40 s,
 until cancelled: then the file `cancelled` appears in the model's folder), TOOLCALL
-(a llama3 tool call, in pieces).
+(a llama3 tool call, in pieces). `wrong_output_llm` streams `w0 `, then a `text_output`
+of FP32 (a model's bug the endpoint must report, not a string).
 """
 
 from __future__ import annotations
@@ -182,6 +183,16 @@ input [
 ]
 output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, -1 ] } ]
 ''',
+    "wrong_output_llm": '''
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1, 1 ] }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, -1 ] } ]
+''',
     "embedder": '''
 backend: "python"
 max_batch_size: 0
@@ -212,17 +223,34 @@ class TritonPythonModel:
         return responses
 '''
 
+_WRONG_OUTPUT = r'''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            sender.send(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("text_output", np.array([b"w0 "], dtype=object))]))
+            sender.send(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("text_output", np.array([1.5], dtype=np.float32))]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+_SOURCES = {"embedder": _EMBEDDER, "wrong_output_llm": _WRONG_OUTPUT}
 _CONVENTIONS = {"vllm_llm": "vllm", "trtllm_llm": "trtllm", "plain_llm": "plain"}
 
 
 def write_repository(root: Path) -> Path:
-    """The four models under `root`; returns it."""
+    """The five models under `root`; returns it."""
     for name, config in _CONFIGS.items():
         version = root / name / "1"
         version.mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(config)
-        source = _EMBEDDER if name == "embedder" else \
-            f"CONVENTION = {_CONVENTIONS[name]!r}\n" + _MODEL
+        source = _SOURCES.get(name) or f"CONVENTION = {_CONVENTIONS[name]!r}\n" + _MODEL
         (version / "model.py").write_text(source)
     return root
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import urllib.request
 
@@ -45,7 +46,7 @@ async def async_client(server):
 
 def test_models_are_listed_and_retrieved(client, server):
     ids = [model.id for model in client.models.list()]
-    assert ids == ["embedder", "plain_llm", "trtllm_llm", "vllm_llm"]
+    assert ids == ["embedder", "plain_llm", "trtllm_llm", "vllm_llm", "wrong_output_llm"]
     model = client.models.retrieve("vllm_llm")
     assert (model.object, model.owned_by) == ("model", "Triton Inference Server")
     assert model.created > 0
@@ -182,6 +183,32 @@ def test_model_error_mid_stream_and_not_streamed(client):
     with pytest.raises(openai.InternalServerError, match="the mock failed"):
         client.chat.completions.create(model="vllm_llm",
                                        messages=[{"role": "user", "content": "FAIL"}])
+
+
+WRONG_OUTPUT = "the model's 'text_output' is FP32, expected BYTES (a string)"
+
+
+def test_unreadable_response_mid_stream_ends_with_an_error_event_and_done(client, server):
+    stream = client.completions.create(model="wrong_output_llm", prompt="x", stream=True)
+    texts = []
+    with pytest.raises(openai.APIError, match=re.escape(WRONG_OUTPUT)):
+        for chunk in stream:
+            texts.append(chunk.choices[0].text)
+    assert texts == ["w0 "]
+    for n in (1, 2):  # one stream, and n streams merged
+        request = urllib.request.Request(
+            server.openai_url + "/v1/chat/completions", headers={
+                "Content-Type": "application/json"}, data=json.dumps({
+                    "model": "wrong_output_llm", "stream": True, "n": n,
+                    "messages": [{"role": "user", "content": "x"}]}).encode())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            events = response.read().decode().split("\n\n")  # the whole chunked body
+        assert events[-2:] == ["data: [DONE]", ""]
+        error = json.loads(events[-3].removeprefix("data: "))["error"]
+        assert (error["message"], error["type"], error["code"]) == (
+            WRONG_OUTPUT, "server_error", "500")
+    with pytest.raises(openai.InternalServerError, match=re.escape(WRONG_OUTPUT)):
+        client.completions.create(model="wrong_output_llm", prompt="x")
 
 
 def test_unknown_model_and_bad_requests(client, server):
