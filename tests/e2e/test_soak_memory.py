@@ -69,14 +69,17 @@ def test_a_leaking_process_is_reported_over_the_target_and_its_child_is_not():
 def test_a_short_soak_samples_the_parent_and_every_stub_on_every_path():
     """2 s of clients sampled every 0.4 s: 6 samples or more (4 are asked for), and
     every path sent to; no settling before the "after" line, which is not checked."""
-    out = subprocess.run(
+    run = subprocess.run(
         [sys.executable, str(ROOT / "bench/soak.py"), "--phases", "memory", "--seconds", "2",
          "--sample-every", "0.4", "--settle", "0", "--clients", "5", "--timeout", "30"],
-        capture_output=True, text=True, timeout=180).stdout
+        capture_output=True, text=True, timeout=180)
+    out = run.stdout
     for path in ("http", "grpc", "grpc_stream", "decoupled", "bls"):
-        sent, answered, failed, lost = map(int, re.search(
+        counts = re.search(
             rf"^{path}\s+sent\s+(\d+)\s+answered\s+(\d+)\s+failed\s+(\d+)\s+lost\s+(\d+)",
-            out, re.M).groups())
+            out, re.M)
+        assert counts is not None, out + run.stderr[-3000:]
+        sent, answered, failed, lost = map(int, counts.groups())
         assert sent > 0 and failed == 0 and lost == 0, out
     samples = [line for line in out.splitlines() if "(RSS MiB)" in line]
     assert len(samples) >= 4, out
