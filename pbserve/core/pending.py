@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Hashable
 from typing import Callable, Protocol
 
 from pbserve.core.types import InferRequest, InferResponse
@@ -31,7 +32,7 @@ class PendingRequest:
     """
 
     __slots__ = ("key", "request", "inputs", "unstaged", "shm_wait_since", "blocks",
-                 "batch_size", "future", "stream", "arrival_s", "arrival_ns",
+                 "batch_size", "batch_key", "future", "stream", "arrival_s", "arrival_ns",
                  "queue_deadline", "exec_start_ns", "_free_blocks", "done",
                  "cancelled", "instance", "on_complete", "order", "order_seq",
                  "input_ns", "compute_ns", "output_ns", "responses", "last_response_ns",
@@ -49,6 +50,8 @@ class PendingRequest:
         self.shm_wait_since = 0.0  # loop time it first found /dev/shm full (0: never)
         self.blocks = blocks
         self.batch_size = batch_size
+        # what must equal its batch-mates' (scheduling/equal_inputs.py; None: anything)
+        self.batch_key: Hashable = None
         loop = asyncio.get_running_loop()
         # A unary request's response: awaited through `future`, or handed to `sink` in
         # the pass that read it (no turn of the loop in between)

@@ -1,34 +1,26 @@
 """What pbserve's built-in backends share: the config's tensors, batching requests
 along dimension 0 (Triton's backends gather a batch's inputs into one tensor and split
 each output back to its requests), responses, Triton's shape words, and the sequence
-batcher's control inputs and implicit state (`sequence_batching.state`).
+batcher's control inputs and implicit state (`sequence_batching.state`, kept per
+sequence here; the states themselves: implicit_state.py).
 
 Imported in the stub, by the backends' model.py files; numpy and pb_utils only.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
+from pbserve.model_backends.implicit_state import StateSpec, with_initial
 
 FLAG_SEQUENCE_START = 1  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
 FLAG_SEQUENCE_END = 2
 _CONTROL_TYPES = (("int32_false_true", "TYPE_INT32"), ("fp32_false_true", "TYPE_FP32"),
                   ("bool_false_true", "TYPE_BOOL"))
-
-# config data_type -> numpy dtype (TYPE_STRING: object arrays of bytes)
-NUMPY_TYPES = {
-    "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
 
 
 @dataclass(frozen=True)
@@ -84,57 +76,6 @@ def control_specs(config: dict[str, Any]) -> list[ControlSpec]:
     return specs
 
 
-@dataclass(frozen=True)
-class StateSpec:
-    """A `sequence_batching.state` entry: the graph's state input and output, and the
-    value the state input has on a sequence's first request (without the batch dim)."""
-    input_name: str
-    output_name: str
-    data_type: str
-    dims: tuple[int, ...]
-    initial: np.ndarray
-
-
-def state_specs(config: dict[str, Any], model_dir: str = "") -> list[StateSpec]:
-    """The config's implicit states. The initial value is `initial_state`'s (zeros, or
-    `<model>/initial_state/<data_file>` in row-major order), else zeros of `dims` with
-    1 for each variable dimension (Triton gives uninitialized data there)."""
-    specs = []
-    for state in config.get("sequence_batching", {}).get("state", []):
-        data_type = state.get("data_type", "TYPE_INVALID")
-        dims = tuple(int(d) for d in state.get("dims", []))
-        initial = _initial_state(state, data_type, dims, model_dir)
-        specs.append(StateSpec(state.get("input_name", ""), state.get("output_name", ""),
-                               data_type, dims, initial))
-    return specs
-
-
-def _initial_state(state: dict[str, Any], data_type: str, dims: tuple[int, ...],
-                   model_dir: str) -> np.ndarray:
-    dtype = NUMPY_TYPES.get(data_type)
-    if dtype is None or dtype is np.object_:
-        raise ValueError(f"unsupported datatype {data_type} for implicit state "
-                         f"'{state.get('input_name', '')}'")
-    initials = state.get("initial_state") or []
-    if not initials:
-        return np.zeros([d if d >= 0 else 1 for d in dims], dtype)
-    initial = initials[0]  # Triton uses the first
-    shape = [int(d) for d in initial.get("dims", [])]
-    if any(d < 0 for d in shape):
-        raise ValueError(f"initial state '{initial.get('name', '')}' must have fixed dims, "
-                         f"got {shape_string(shape)}")
-    data_file = initial.get("data_file")
-    if not data_file:
-        return np.zeros(shape, dtype)
-    path = os.path.join(model_dir, "initial_state", data_file)
-    data = np.fromfile(path, dtype)
-    if data.size != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"initial state '{initial.get('name', '')}': {path} holds "
-                         f"{data.size} elements of {data_type}, dims "
-                         f"{shape_string(shape)} need {int(np.prod(shape))}")
-    return data.reshape(shape)
-
-
 def shape_string(shape: Sequence[int]) -> str:
     """Triton's ShapeToString: [-1,3,4]."""
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
@@ -177,14 +118,14 @@ class Batcher:
 
     def __init__(self, config: dict[str, Any], run: Run,
                  describe: Callable[[BaseException], str] = str,
-                 states: Sequence[StateSpec] = ()) -> None:
+                 states: Sequence[StateSpec] = (), model_dir: str = "") -> None:
         self.batching = int(config.get("max_batch_size", 0)) > 0
         self.inputs = tensor_specs(config, "input")
         self.outputs = tensor_specs(config, "output")
         self.output_names = [o.name for o in self.outputs]
         self._reshape_out = {o.name: o for o in self.outputs if o.reshape is not None}
         self.controls = [c.name for c in control_specs(config)]
-        self.states = list(states)
+        self.states = with_initial(states, model_dir)  # ValueError: the load fails
         # implicit state: correlation id -> {state output name: its last value}
         self._kept: dict[int | str, dict[str, np.ndarray]] = {}
         self.run = run

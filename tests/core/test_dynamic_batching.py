@@ -7,6 +7,7 @@ import queue
 import re
 import shutil
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from polling import wait_for
 from fakes import FakeLoop
 
 TEST_MODELS = Path(__file__).resolve().parents[1] / "models"
-MODELS = ("batch_gather", "queue_timeout", "queue_bounded", "queue_priority", "ordered_stream")
+MODELS = ("batch_gather", "queue_timeout", "queue_bounded", "queue_priority", "ordered_stream",
+          "batch_shapes")
 WAIT_S = 20.0
 
 
@@ -173,6 +175,84 @@ def test_preserve_ordering_holds_a_response_until_those_before_it_are_sent(serve
         client.stop_stream()
         client.close()
     assert order == ["first", "second"]
+
+
+# -- a batch holds requests of one input shape (Triton's L0_batcher *_different_shape) ----
+
+SHAPES_DELAY_S = 2.0  # batch_shapes' max_queue_delay_microseconds
+SENT_NOW_S = 1.2  # answered well before the delay: the batch left as another shape came
+GROUP_GAP_S = 0.3  # between groups of requests sent at once
+
+
+def shape_batches(server) -> dict[int, int]:
+    """batch_shapes' executions so far, by batch size (its batch statistics)."""
+    stats = server.http_client().get_inference_statistics("batch_shapes")
+    return {int(s["batch_size"]): int(s["compute_infer"]["count"])
+            for s in stats["model_stats"][0]["batch_stats"]}
+
+
+def timed_requests(server, groups: list[list[tuple[int, int]]]) -> list[float]:
+    """Send each group's requests ((batch size, length of IN) each) at once, a group
+    GROUP_GAP_S after the one before: every request's response time, in seconds."""
+    times: dict[int, float] = {}
+    errors: list[BaseException] = []
+
+    def client(index: int, batch: int, length: int) -> None:
+        data = np.full((batch, length), index, np.float32)
+        try:
+            start = time.monotonic()
+            result = server.http_client(network_timeout=WAIT_S).infer(
+                "batch_shapes", [http_input("IN", data)])
+            times[index] = time.monotonic() - start
+            np.testing.assert_array_equal(result.as_numpy("OUT"), data)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = []
+    for number, group in enumerate(groups):
+        if number:
+            time.sleep(GROUP_GAP_S)
+        for batch, length in group:
+            threads.append(threading.Thread(target=client, args=(len(threads), batch, length)))
+            threads[-1].start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert not errors, errors
+    return [times[i] for i in range(len(threads))]
+
+
+def batches_since(server, before: dict[int, int]) -> dict[int, int]:
+    after = shape_batches(server)
+    return {size: count - before.get(size, 0) for size, count in after.items()
+            if count != before.get(size, 0)}
+
+
+def test_a_request_of_another_shape_sends_the_waiting_one_and_waits_its_delay(server):
+    # test_multi_batch_different_shape: 1 + 1 make a preferred size, but not of one shape
+    before = shape_batches(server)
+    first, other = timed_requests(server, [[(1, 16)], [(1, 8)]])
+    assert first < SENT_NOW_S, first
+    assert other >= SHAPES_DELAY_S - 0.05, other
+    assert batches_since(server, before) == {1: 2}
+
+
+def test_another_shape_sends_a_batch_of_no_preferred_size_at_once(server):
+    # test_multi_batch_not_preferred_different_shape: 1 + 3 wait for 6; a third request of
+    # another shape sends them, and waits the delay itself
+    before = shape_batches(server)
+    one, three, other = timed_requests(server, [[(1, 16), (3, 16)], [(1, 8)]])
+    assert max(one, three) < SENT_NOW_S, (one, three)
+    assert other >= SHAPES_DELAY_S - 0.05, other
+    assert batches_since(server, before) == {4: 1, 1: 1}
+
+
+def test_the_next_shape_makes_its_own_preferred_batch(server):
+    # test_multi_batch_preferred_different_shape: 1 + 3 of one shape, then 1 + 5 (preferred)
+    # of another: nobody waits for the delay
+    before = shape_batches(server)
+    times = timed_requests(server, [[(1, 16), (3, 16)], [(1, 8), (5, 8)]])
+    assert max(times) < SENT_NOW_S, times
+    assert batches_since(server, before) == {4: 1, 6: 1}
 
 
 # -- the batcher's choices, on a hand-driven clock (no server) ----------------------------

@@ -1,11 +1,13 @@
 """Sequence models on the built-in ONNX Runtime and PyTorch backends: the sequence
 batcher's control inputs (START/READY/CORRID) fed to the graph under their config names,
-data types and values, and implicit state (`sequence_batching.state`) kept per sequence
-in the backend; served by a real server, driven by tritonclient gRPC sequences."""
+data types and values, and implicit state (`sequence_batching.state`, numeric and
+TYPE_STRING) kept per sequence in the backend; load errors in Triton's words; served by a
+real server, driven by tritonclient gRPC sequences."""
 
 from __future__ import annotations
 
 import queue
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,9 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from backend_utils.testing import FakeRuntime, installed  # noqa: E402
-from pbserve.model_backends.common import Batcher, state_specs  # noqa: E402
+from pbserve.model_backends.common import Batcher  # noqa: E402
+from pbserve.model_backends.implicit_state import (  # noqa: E402
+    initial_value, state_specs, with_initial)
 from pbserve.testing import running_server  # noqa: E402
 from model_files import save_graph, write  # noqa: E402
 
@@ -30,6 +34,7 @@ except ImportError:  # the TorchScript models are left out
     torch = None
 
 FP32, INT32, UINT64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT64
+STRING = TensorProto.STRING
 
 CONTROLS = """
     control_input [
@@ -38,8 +43,6 @@ CONTROLS = """
       { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
     ]
 """
-
-
 
 
 def onnx_accumulator(repo: Path) -> None:
@@ -134,6 +137,51 @@ def onnx_simple_sequence(repo: Path) -> None:
         """)
 
 
+def onnx_string_state(repo: Path) -> None:
+    """TYPE_STRING state: OUTPUT (and the state output) is the state with INPUT appended,
+    so each output lists the sequence's inputs after the initial state. Batching, its
+    state from zero_data (Triton: empty strings); not batching, from a data file of
+    length-prefixed strings."""
+    save_graph(repo / "str_onnx" / "1" / "model.onnx",
+               [helper.make_node("Concat", ["STATE_IN", "INPUT"], ["OUTPUT"], axis=1),
+                helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])],
+               [("INPUT", STRING, ["b", 1]), ("STATE_IN", STRING, ["b", "n"])],
+               [("OUTPUT", STRING, ["b", "m"]), ("STATE_OUT", STRING, ["b", "m"])])
+    write(repo / "str_onnx" / "config.pbtxt", """
+        backend: "onnxruntime"
+        max_batch_size: 2
+        instance_group [ { count: 1 kind: KIND_CPU } ]
+        sequence_batching {
+          direct { max_queue_delay_microseconds: 20000 minimum_slot_utilization: 1.0 }
+          state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_STRING
+                    dims: [ -1 ]
+                    initial_state { data_type: TYPE_STRING dims: [ 1 ] zero_data: true
+                                    name: "empty" } } ]
+        }
+        input [ { name: "INPUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+        output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+        """)
+    save_graph(repo / "str_file_onnx" / "1" / "model.onnx",
+               [helper.make_node("Concat", ["STATE_IN", "INPUT"], ["OUTPUT"], axis=0),
+                helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])],
+               [("INPUT", STRING, [1]), ("STATE_IN", STRING, ["n"])],
+               [("OUTPUT", STRING, ["m"]), ("STATE_OUT", STRING, ["m"])])
+    (repo / "str_file_onnx" / "initial_state").mkdir(parents=True)
+    (repo / "str_file_onnx" / "initial_state" / "words").write_bytes(
+        b"".join(len(w).to_bytes(4, "little") + w for w in (b"x", b"", b"yz")))
+    write(repo / "str_file_onnx" / "config.pbtxt", """
+        backend: "onnxruntime"
+        sequence_batching {
+          state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_STRING
+                    dims: [ -1 ]
+                    initial_state { data_type: TYPE_STRING dims: [ 3 ] data_file: "words"
+                                    name: "words" } } ]
+        }
+        input [ { name: "INPUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+        output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+        """)
+
+
 if torch is not None:
     class Accumulator(torch.nn.Module):
         """OUTPUT__0 = state + INPUT (and the state output); START comes back."""
@@ -163,13 +211,68 @@ def torch_accumulator(repo: Path) -> None:
         """)
 
 
+if torch is not None:
+    class StringAppender(torch.nn.Module):
+        """A List[str] state: OUTPUT__0 (and the state output) is it with INPUT__0
+        appended; START__2 is taken as Triton's *_sequence_object models take it."""
+
+        def forward(self, INPUT__0: list[str], STATE__1: list[str],
+                    START__2: torch.Tensor) -> tuple[list[str], list[str]]:
+            joined = STATE__1 + INPUT__0
+            return joined, joined
+
+
+START_INT32 = ('{ name: "START__2" control [ { kind: CONTROL_SEQUENCE_START '
+               'int32_false_true: [ 0, 1 ] } ] }')
+
+
+def torch_string_config(control: str = START_INT32, state_type: str = "TYPE_STRING",
+                        max_batch_size: int = 0, output_dims: int = 1) -> str:
+    """The config of StringAppender: with batching, a scalar string per batch item."""
+    reshape = " reshape { shape: [ ] }" if max_batch_size else ""
+    return f"""
+        backend: "pytorch"
+        max_batch_size: {max_batch_size}
+        sequence_batching {{
+          control_input [ {control} ]
+          state [ {{ input_name: "STATE__1" output_name: "STATE_OUT__1" data_type: {state_type}
+                     dims: [ -1 ]
+                     initial_state {{ data_type: {state_type} dims: [ 1 ] zero_data: true
+                                      name: "empty" }} }} ]
+        }}
+        input [ {{ name: "INPUT__0" data_type: TYPE_STRING dims: [ 1 ]{reshape} }} ]
+        output [ {{ name: "OUTPUT__0" data_type: TYPE_STRING dims: [ {output_dims} ]{reshape} }} ]
+        """
+
+
+def torch_string_state(repo: Path) -> None:
+    """The List[str] state model, and configs Triton refuses: a CORRID control of a type
+    torch lacks (L0_libtorch_io_types' libtorch_invalid_sequence_int32), a state of one,
+    a List[str] state of two dimensions with the batch."""
+    (repo / "str_torch" / "1").mkdir(parents=True)
+    torch.jit.script(StringAppender()).save(str(repo / "str_torch" / "1" / "model.pt"))
+    write(repo / "str_torch" / "config.pbtxt", torch_string_config(output_dims=-1))
+    corrid = ('{ name: "CORRID__2" control [ { kind: CONTROL_SEQUENCE_CORRID '
+              'data_type: TYPE_UINT32 } ] }')
+    refused = {"torch_corrid_u32": torch_string_config(control=corrid),
+               "torch_state_u16": torch_string_config(state_type="TYPE_UINT16"),
+               "torch_str_state_2d": torch_string_config(max_batch_size=2)}
+    for name, text in refused.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.pt").write_bytes(
+            (repo / "str_torch" / "1" / "model.pt").read_bytes())
+        write(repo / name / "config.pbtxt", text)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("sequence_repo")
     onnx_accumulator(repo)
     onnx_simple_sequence(repo)
+    onnx_string_state(repo)
     if torch is not None:
         torch_accumulator(repo)
+        torch_string_state(repo)
     log = tmp_path_factory.mktemp("sequence_log") / "server.log"
     with running_server(repo, log_path=log, ready_path="/v2/health/live",
                         ready_timeout=60) as srv:
@@ -177,20 +280,22 @@ def server(tmp_path_factory):
 
 
 def run_interleaved(client, model: str, input_name: str, dtype, values: dict[int, list],
-                    outputs=None) -> dict[int, list]:
+                    outputs=None, batched: bool | None = None) -> dict[int, list]:
     """The sequences' requests, step by step, each step's requests sent together (so
-    that they can run in one batch); the results of each sequence in order."""
+    that they can run in one batch); the results of each sequence in order. Each request
+    has one element ([1, 1] for a batching model: by default the FP32 ones)."""
     results: dict[int, list] = {corrid: [] for corrid in values}
     steps = max(len(v) for v in values.values())
+    batched = dtype == np.float32 if batched is None else batched
+    datatype = {np.float32: "FP32", np.int32: "INT32", object: "BYTES"}[dtype]
     for step in range(steps):
         done: queue.Queue = queue.Queue()
         sent = 0
         for corrid, seq in values.items():
             if step >= len(seq):
                 continue
-            array = np.array([[seq[step]]] if dtype == np.float32 else [seq[step]], dtype)
-            tensor = grpcclient.InferInput(input_name, list(array.shape),
-                                           "FP32" if dtype == np.float32 else "INT32")
+            array = np.array([[seq[step]]] if batched else [seq[step]], dtype)
+            tensor = grpcclient.InferInput(input_name, list(array.shape), datatype)
             tensor.set_data_from_numpy(array)
             client.async_infer(
                 model, [tensor], callback=lambda result, error, c=corrid: done.put((c, result, error)),
@@ -201,7 +306,7 @@ def run_interleaved(client, model: str, input_name: str, dtype, values: dict[int
             sent += 1
         for _ in range(sent):
             corrid, result, error = done.get(timeout=20)
-            assert error is None, error
+            assert error is None, str(error)
             results[corrid].append(result)
     return results
 
@@ -275,6 +380,85 @@ def test_torchscript_accumulator_keeps_each_sequences_state(server) -> None:
     assert [float(r.as_numpy("OUTPUT__0")[0, 0]) for r in results[4]] == [2.0, 6.0]
     # START (fp32 [0, 1]) times READY (fp32 [0, 3])
     assert [float(r.as_numpy("FLAGS__2")[0, 0]) for r in results[3]] == [3.0, 0.0, 0.0]
+
+
+def strings(result, name: str) -> list[str]:
+    return [v.decode() for v in result.as_numpy(name).reshape(-1)]
+
+
+def test_onnx_string_state_starts_empty_and_is_kept_per_sequence(server) -> None:
+    """TYPE_STRING state (Triton's *_sequence_object models): zero_data is empty
+    strings, each sequence keeps its own, two sequences run in one batch."""
+    client = server.grpc_client()
+    assert client.is_model_ready("str_onnx")
+    values = {31: ["a", "b", "c"], 32: ["x", "y"]}
+    results = run_interleaved(client, "str_onnx", "INPUT", object, values, batched=True)
+    assert [strings(r, "OUTPUT") for r in results[31]] == \
+        [["", "a"], ["", "a", "b"], ["", "a", "b", "c"]]
+    assert [strings(r, "OUTPUT") for r in results[32]] == [["", "x"], ["", "x", "y"]]
+    stats = client.get_inference_statistics("str_onnx").model_stats[0]
+    assert stats.inference_count == 5 and stats.execution_count < 5  # batched
+    again = run_interleaved(client, "str_onnx", "INPUT", object, {31: ["q"]}, batched=True)
+    assert strings(again[31][0], "OUTPUT") == ["", "q"]  # END dropped the kept state
+
+
+def test_onnx_string_state_from_a_data_file(server) -> None:
+    """A TYPE_STRING initial_state data_file holds length-prefixed strings."""
+    client = server.grpc_client()
+    results = run_interleaved(client, "str_file_onnx", "INPUT", object, {41: ["a", "b"]})
+    assert [strings(r, "OUTPUT") for r in results[41]] == \
+        [["x", "", "yz", "a"], ["x", "", "yz", "a", "b"]]
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torchscript_string_state_is_a_list_of_str(server) -> None:
+    client = server.grpc_client()
+    assert client.is_model_ready("str_torch")
+    # one instance, one slot (no batching): the sequences run one after the other
+    results = run_interleaved(client, "str_torch", "INPUT__0", object, {51: ["a", "b"]})
+    assert [strings(r, "OUTPUT__0") for r in results[51]] == [["", "a"], ["", "a", "b"]]
+    results = run_interleaved(client, "str_torch", "INPUT__0", object, {52: ["c"]})
+    assert [strings(r, "OUTPUT__0") for r in results[52]] == [["", "c"]]
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torchscript_refuses_sequence_tensors_of_types_torch_lacks(server) -> None:
+    """Triton's pytorch backend's words: a CORRID control (L0_libtorch_io_types), a
+    state of a type torch lacks, a List[str] state of 2 dimensions with the batch."""
+    index = {m["name"]: m for m in server.http_client().get_model_repository_index()}
+    expected = {
+        "torch_corrid_u32": "input 'CORRID__2' type 'TYPE_UINT32' is not supported by "
+                            "PyTorch.",
+        "torch_state_u16": "unsupported datatype TYPE_UINT16 for input state 'STATE__1' "
+                           "for model 'torch_state_u16'",
+        "torch_str_state_2d": "Triton only supports 1 dimensional List of String as output "
+                              "for 'STATE_OUT__1' for model 'torch_str_state_2d'",
+    }
+    for name, words in expected.items():
+        assert index[name]["state"] == "UNAVAILABLE", index[name]
+        assert words in index[name]["reason"], index[name]["reason"]
+
+
+def test_string_initial_state_values_and_bad_files(tmp_path) -> None:
+    """Unit test of implicit_state: zeros of a TYPE_STRING state are empty strings; a
+    data file that ends inside an element, or holds another count, fails naming it."""
+    config = {"sequence_batching": {"state": [{
+        "input_name": "S", "output_name": "S_OUT", "data_type": "TYPE_STRING", "dims": [-1],
+        "initial_state": [{"data_type": "TYPE_STRING", "dims": [2], "name": "init",
+                           "data_file": "f"}]}]}}
+    (spec,) = state_specs(config)
+    assert initial_value(replace(spec, initial_state=None)).tolist() == [b""]
+    (tmp_path / "initial_state").mkdir()
+    path = tmp_path / "initial_state" / "f"
+    path.write_bytes(b"\x01\x00\x00\x00a\x02\x00\x00\x00bc")
+    assert initial_value(spec, str(tmp_path)).tolist() == [b"a", b"bc"]
+    path.write_bytes(b"\x01\x00\x00\x00a\x05\x00\x00\x00bc")
+    with pytest.raises(ValueError, match="ends inside element 1 \\(5 bytes\\)"):
+        initial_value(spec, str(tmp_path))
+    path.write_bytes(b"\x01\x00\x00\x00a")
+    with pytest.raises(ValueError, match="holds 1 elements of TYPE_STRING, dims \\[2\\] "
+                                         "need 2"):
+        with_initial([spec], str(tmp_path))
 
 
 def test_batcher_keeps_state_per_sequence_and_drops_it_at_end() -> None:

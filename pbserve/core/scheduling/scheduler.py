@@ -6,7 +6,9 @@ With it, an idle instance takes as many queued requests as fit in `max_batch_siz
 (sum of their batch dims), choosing the batch as Triton does: the largest
 `preferred_batch_size` that the queue makes up is sent at once; otherwise the batcher
 waits up to `max_queue_delay_microseconds` (counted from the oldest request of the
-batch) for the queue to reach the largest preferred size. Requests queue by priority
+batch) for the queue to reach the largest preferred size. A batch holds requests of
+equal input shapes (equal_inputs.py): a request that cannot join the forming batch
+sends that batch at once and starts the next. Requests queue by priority
 level (`priority_levels`, lower is served first; a request's priority 0 or out of
 range means `default_priority_level`), each level under its queue policy
 (`max_queue_size`, `default_timeout_microseconds`, `allow_timeout_override`,
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.pending import PendingRequest
+from pbserve.core.scheduling.equal_inputs import EqualInputs
 from pbserve.core.scheduling.reorder import ReorderBuffer
 from pbserve.core.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
@@ -47,23 +50,28 @@ def reject(pending: PendingRequest, code: ErrorCode, message: str) -> None:
                                   error=ServerError(code, message)))
 
 
-def choose_batch(items: Iterable[tuple[int, float]], preferred: frozenset[int],
+def choose_batch(items: Iterable[tuple[int, float, Hashable]], preferred: frozenset[int],
                  max_preferred: int, max_batch: int, delay_s: float, now: float
                  ) -> tuple[int, float]:
-    """Triton's GetDynamicBatch over queued `(batch_size, arrival_s)` in serving order:
-    `(count, 0.0)` to send the first `count` now, or `(0, deadline)` to wait until
-    `deadline` (loop time) for more."""
+    """Triton's GetDynamicBatch over queued `(batch_size, arrival_s, batch_key)` in
+    serving order: `(count, 0.0)` to send the first `count` now, or `(0, deadline)` to
+    wait until `deadline` (loop time) for more. The batch ends before the first request
+    whose `batch_key` differs from the first one's (equal_inputs.py): what is before it
+    is sent now, as when `max_batch` is reached."""
     size = count = best = 0
     saturated = False
     oldest = math.inf
-    for batch_size, arrival in items:
+    first_key: Hashable = None
+    for batch_size, arrival, key in items:
         batch_size = max(1, batch_size)
         if count:
             if size + batch_size > max_preferred and not best:
                 best = count
-            if size + batch_size > max_batch:
+            if size + batch_size > max_batch or key != first_key:
                 saturated = True
                 break
+        else:
+            first_key = key
         size += batch_size
         count += 1
         oldest = min(oldest, arrival)
@@ -162,6 +170,8 @@ class Scheduler:
         self._preferred = frozenset(db.preferred_batch_size)
         self._max_preferred = max(self._preferred, default=self._max_batch)
         self._delay_s = db.max_queue_delay_microseconds / 1e6
+        equal = EqualInputs(cfg)
+        self._equal_inputs = equal if self._batching and equal.needed else None
         self._level_count = db.priority_levels if self._batching else 0
         self._default_level = db.default_priority_level if self._level_count else 0
         self._default_policy = QueuePolicy.of(db.default_queue_policy) if self._batching \
@@ -231,6 +241,8 @@ class Scheduler:
             deadline = self._loop.time() + timeout_s
             self._watch(deadline)
         pending.queue_deadline = deadline
+        if self._equal_inputs is not None:
+            pending.batch_key = self._equal_inputs.key(request)
         lv.queue.append((pending, deadline))
         self._size += 1
         self.dispatch()
@@ -388,7 +400,8 @@ class Scheduler:
             if not self._size:
                 return None
         count, wait_until = choose_batch(
-            ((p.batch_size, p.arrival_s) for p in self._in_order()), self._preferred,
+            ((p.batch_size, p.arrival_s, p.batch_key) for p in self._in_order()),
+            self._preferred,
             self._max_preferred, self._max_batch, self._delay_s, now)
         if not count:
             self._arm(wait_until)

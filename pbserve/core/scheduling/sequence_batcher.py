@@ -418,7 +418,7 @@ class SequenceBatcher:
         if self._oldest:
             candidates.sort(key=lambda e: e.queued_s)
             count, wait_until = choose_batch(
-                ((1, e.queued_s) for e in candidates), self._preferred,
+                ((1, e.queued_s, None) for e in candidates), self._preferred,
                 self._max_preferred, self._max_batch, self._delay_s, now)
             if not count:
                 self._arm(wait_until)

@@ -20,8 +20,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from pbserve.model_backends import missing_package_message
 from pbserve.model_backends.common import (
-    Batcher, compare_dims, control_specs, int_parameter, shape_string, state_specs,
-    tensor_specs)
+    Batcher, compare_dims, control_specs, int_parameter, shape_string, tensor_specs)
+from pbserve.model_backends.implicit_state import state_specs
 
 try:
     import onnxruntime as ort
@@ -127,10 +127,12 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(_model_file(self.config), self._options(),
                                             providers=self._providers(args))
         self._validate()
+        states = state_specs(self.config)
         self.strings = {i.name for i in tensor_specs(self.config, "input")
                         if i.data_type == "TYPE_STRING"}
-        self.batcher = Batcher(self.config, self._run, describe,
-                               state_specs(self.config, args.get("model_repository", "")))
+        self.strings.update(s.input_name for s in states if s.data_type == "TYPE_STRING")
+        self.batcher = Batcher(self.config, self._run, describe, states,
+                               args.get("model_repository", ""))
 
     def _options(self):
         options = ort.SessionOptions()
@@ -204,7 +206,7 @@ class TritonPythonModel:
                 if name not in found:
                     raise ValueError(f"unexpected inference {kind} state '{name}', allowed "
                                      f"{kind}s are: {', '.join(sorted(found))}")
-                if data_type not in _LOADABLE_TYPES or data_type == "TYPE_STRING":
+                if data_type not in _LOADABLE_TYPES:
                     raise ValueError(f"unsupported datatype {data_type} for {kind} state "
                                      f"'{name}' for model '{self.name}'")
                 if found[name][0] != data_type:

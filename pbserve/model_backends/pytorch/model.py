@@ -22,7 +22,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from pbserve.model_backends import missing_package_message
 from pbserve.model_backends.common import (
-    Batcher, bool_parameter, control_specs, state_specs, tensor_specs)
+    Batcher, bool_parameter, control_specs, tensor_specs)
+from pbserve.model_backends.implicit_state import state_specs
 
 try:
     import torch
@@ -65,14 +66,35 @@ class TritonPythonModel:
         self.inference_mode = bool_parameter(self.config, "INFERENCE_MODE", True)
         self.inputs = tensor_specs(self.config, "input")
         self.outputs = tensor_specs(self.config, "output")
-        self.controls = [c.name for c in control_specs(self.config)]
-        self.states = state_specs(self.config, args.get("model_repository", ""))
+        controls = control_specs(self.config)
+        self._check_controls(controls)
+        self.controls = [c.name for c in controls]
+        self.states = state_specs(self.config)
         self._map_inputs()
         self._check_types("input", self.inputs)
+        self._check_state_inputs()
         self._map_outputs()
         # inputs are views of shared memory, which torch only reads here
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        self.batcher = Batcher(self.config, self._run, states=self.states)
+        self.batcher = Batcher(self.config, self._run, states=self.states,
+                               model_dir=args.get("model_repository", ""))
+
+    def _check_controls(self, controls) -> None:
+        """Triton's ValidateTypedSequenceControl: a CORRID control's data type must be
+        one torch has (not TYPE_STRING, no unsigned type but UINT8)."""
+        for control in controls:
+            if control.kind == "CONTROL_SEQUENCE_CORRID" and (
+                    control.data_type not in _CONFIG_TYPES or control.data_type == "TYPE_STRING"):
+                raise ValueError(f"input '{control.name}' type '{control.data_type}' is not "
+                                 "supported by PyTorch.")
+
+    def _check_state_inputs(self) -> None:
+        """Triton's ValidateInputs for the state inputs: a data type torch has, or
+        TYPE_STRING (a List[str])."""
+        for state in self.states:
+            if state.data_type not in _CONFIG_TYPES:
+                raise ValueError(f"unsupported datatype {state.data_type} for input state "
+                                 f"'{state.input_name}' for model '{self.name}'")
 
     def _map_inputs(self) -> None:
         """Triton's ValidateInputs and naming convention: where each config input goes
@@ -137,6 +159,7 @@ class TritonPythonModel:
         else:
             self.output_index = {n: i for i, n in enumerate(names)}
         self.output_types = {o.name: o.data_type.removeprefix("TYPE_") for o in self.outputs}
+        batching = int(self.config.get("max_batch_size", 0)) > 0
         for state in self.states:  # always <name>__<index> (Triton)
             index = _index(state.output_name)
             if index is None:
@@ -144,9 +167,12 @@ class TritonPythonModel:
                     f"PyTorch model '{self.name}' is using sequence batching with state but "
                     f"state '{state.output_name}' does not follow the <name>__<index> naming "
                     "convention. ")
-            if state.data_type not in _CONFIG_TYPES or state.data_type == "TYPE_STRING":
+            if state.data_type not in _CONFIG_TYPES:
                 raise ValueError(f"unsupported datatype {state.data_type} for state "
                                  f"'{state.output_name}' for model '{self.name}'")
+            if state.data_type == "TYPE_STRING" and len(state.dims) + batching > 1:
+                raise ValueError("Triton only supports 1 dimensional List of String as output "
+                                 f"for '{state.output_name}' for model '{self.name}'")
             self.output_index.setdefault(state.output_name, index)
             self.output_types.setdefault(state.output_name,
                                          state.data_type.removeprefix("TYPE_"))
