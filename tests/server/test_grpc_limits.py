@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import resource
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -222,13 +222,14 @@ FD_LIMIT = 256
 def fd_limited(tmp_path_factory):
     """A server whose RLIMIT_NOFILE is FD_LIMIT: its default cap is 192 connections."""
     log = tmp_path_factory.mktemp("grpc-fd-limit") / "server.log"
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, hard))  # inherited by it
-    try:
-        server = running_server(EXAMPLES, log_path=log, args=[*MODELS])
-        srv = server.__enter__()
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    # Set in the server's process alone, which then execs pbserve: this process may hold
+    # more than FD_LIMIT descriptors itself, late in a suite.
+    limit = [sys.executable, "-c", "import os, resource, sys; "
+             f"resource.setrlimit(resource.RLIMIT_NOFILE, ({FD_LIMIT}, "
+             "resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
+             "os.execv(sys.argv[1], sys.argv[1:])"]
+    server = running_server(EXAMPLES, log_path=log, args=[*MODELS], launcher=limit)
+    srv = server.__enter__()
     try:
         yield srv
     finally:
