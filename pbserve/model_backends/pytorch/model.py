@@ -159,7 +159,6 @@ class TritonPythonModel:
         else:
             self.output_index = {n: i for i, n in enumerate(names)}
         self.output_types = {o.name: o.data_type.removeprefix("TYPE_") for o in self.outputs}
-        batching = int(self.config.get("max_batch_size", 0)) > 0
         for state in self.states:  # always <name>__<index> (Triton)
             index = _index(state.output_name)
             if index is None:
@@ -167,12 +166,8 @@ class TritonPythonModel:
                     f"PyTorch model '{self.name}' is using sequence batching with state but "
                     f"state '{state.output_name}' does not follow the <name>__<index> naming "
                     "convention. ")
-            if state.data_type not in _CONFIG_TYPES:
-                raise ValueError(f"unsupported datatype {state.data_type} for state "
-                                 f"'{state.output_name}' for model '{self.name}'")
-            if state.data_type == "TYPE_STRING" and len(state.dims) + batching > 1:
-                raise ValueError("Triton only supports 1 dimensional List of String as output "
-                                 f"for '{state.output_name}' for model '{self.name}'")
+            self._check_type("state", state.output_name, state.data_type,
+                             len(state.dims), strings_as="output")
             self.output_index.setdefault(state.output_name, index)
             self.output_types.setdefault(state.output_name,
                                          state.data_type.removeprefix("TYPE_"))
@@ -181,14 +176,20 @@ class TritonPythonModel:
         """Triton's ValidateInputs / ValidateOutputs: each tensor's data type must be one
         torch has (no unsigned type but UINT8, no BF16), and a TYPE_STRING tensor (a
         List[str]) has one dimension, the batch dimension included."""
-        batching = int(self.config.get("max_batch_size", 0)) > 0
         for spec in specs:
-            if spec.data_type not in _CONFIG_TYPES:
-                raise ValueError(f"unsupported datatype {spec.data_type} for {kind} "
-                                 f"'{spec.name}' for model '{self.name}'")
-            if spec.data_type == "TYPE_STRING" and len(spec.model_dims) + batching > 1:
-                raise ValueError("Triton only supports 1 dimensional List of String as "
-                                 f"{kind} for '{spec.name}' for model '{self.name}'")
+            self._check_type(kind, spec.name, spec.data_type, len(spec.model_dims), kind)
+
+    def _check_type(self, kind: str, name: str, data_type: str, ndims: int,
+                    strings_as: str) -> None:
+        """One tensor's check (`_check_types`); `ndims` without the batch dimension,
+        `strings_as`: what Triton calls it in the List[str] error (a state: "output")."""
+        if data_type not in _CONFIG_TYPES:
+            raise ValueError(f"unsupported datatype {data_type} for {kind} '{name}' for "
+                             f"model '{self.name}'")
+        batching = int(self.config.get("max_batch_size", 0)) > 0
+        if data_type == "TYPE_STRING" and ndims + batching > 1:
+            raise ValueError("Triton only supports 1 dimensional List of String as "
+                             f"{strings_as} for '{name}' for model '{self.name}'")
 
     def _tensor(self, name: str, array: np.ndarray):
         if array.dtype == np.object_:  # BYTES: a List[str] argument
