@@ -131,6 +131,16 @@ class TritonPythonModel:
 '''
 
 _BOOL = 'data_type: TYPE_BOOL dims: [ 1 ] optional: true'
+_PLAIN = '''
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1, 1 ] }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, -1 ] } ]
+'''  # text_input -> text_output, streamed
 _CONFIGS = {
     "vllm_llm": f'''
 backend: "vllm"
@@ -173,26 +183,8 @@ output [
   { name: "num_output_tokens" data_type: TYPE_INT32 dims: [ 1, 1 ] }
 ]
 ''',
-    "plain_llm": '''
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [
-  { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] },
-  { name: "stream" data_type: TYPE_BOOL dims: [ 1, 1 ] }
-]
-output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, -1 ] } ]
-''',
-    "wrong_output_llm": '''
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [
-  { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] },
-  { name: "stream" data_type: TYPE_BOOL dims: [ 1, 1 ] }
-]
-output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, -1 ] } ]
-''',
+    "plain_llm": _PLAIN,
+    "wrong_output_llm": _PLAIN,  # the plain model's config; its model.py answers FP32
     "embedder": '''
 backend: "python"
 max_batch_size: 0
