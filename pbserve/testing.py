@@ -22,19 +22,23 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 from pbserve.exit_signals import children
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: every socket stays bound until all are chosen (one
-    at a time, the system may hand the same port out twice)."""
+def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
+    """`count` distinct free ports, none of them in `avoid` (ports chosen for a process
+    that has not bound them yet): every socket stays bound until all are chosen (one at
+    a time, the system may hand the same port out twice)."""
+    chosen: list[int] = []
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
+        while len(chosen) < count:
+            s = stack.enter_context(socket.socket())
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+            if s.getsockname()[1] not in avoid:
+                chosen.append(s.getsockname()[1])
+        return chosen
 
 
 def stub_pids(server_pid: int) -> list[int]:
@@ -234,15 +238,17 @@ class RunningNats(ListeningProcess):
     `args`: more of nats-server's flags (`--user U --pass P`, `--tls ...`). `kill()` and
     `start()` stop it and start it again on the same port and store (pbserve keeps its
     stream and registry in the server's memory, so they are lost either way).
-    `preexec_fn`: run in the child before exec (scripts/cluster.py: die with it)."""
+    `preexec_fn`: run in the child before exec (scripts/cluster.py: die with it).
+    `avoid_ports`: ports not to take (another process's, not bound yet)."""
 
     def __init__(self, log_path: str | os.PathLike | None = None,
                  args: Sequence[str] = (),
-                 preexec_fn: Callable[[], None] | None = None) -> None:
+                 preexec_fn: Callable[[], None] | None = None,
+                 avoid_ports: Collection[int] = ()) -> None:
         from pbserve.distributed.nats_server import nats_server_path
         from pbserve.distributed.nats_store import NatsStore
 
-        (port,) = free_ports(1)
+        (port,) = free_ports(1, avoid_ports)
         self.url = f"nats://127.0.0.1:{port}"
         self._store = NatsStore()  # removed by `stop`, or by a later store if killed
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL

@@ -124,7 +124,12 @@ class Cluster:
         wanted = names if mode != "explicit" or "*" in loads else list(dict.fromkeys(loads))
         self.halves = split_models(paths, wanted, max(1, workers))
         self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.nats = RunningNats(preexec_fn=die_with_parent)
+        # The frontend binds its ports last: nothing started before it may take them.
+        self._frontend_ports = {int(value) for flag, value in zip(frontend_flags[::2],
+                                                                  frontend_flags[1::2])
+                                if flag.endswith("-port") and value.isdigit()}
+        self.nats = RunningNats(preexec_fn=die_with_parent,
+                                avoid_ports=self._frontend_ports)
         self._worker_ports: list[int] = []
         try:
             self.nats.wait_ready()
@@ -141,7 +146,7 @@ class Cluster:
     def _start_workers(self, repos: list[str], common: list[str]) -> None:
         pbserve = self._pbserve
         for index, half in enumerate(self.halves):
-            http, grpc, metrics = free_ports(3)
+            http, grpc, metrics = free_ports(3, self._frontend_ports)
             self._worker_ports.append(http)
             cmd = [*pbserve, *[a for r in repos for a in ("--model-repository", r)],
                    "--worker-name", f"worker{index + 1}", "--http-port", str(http),

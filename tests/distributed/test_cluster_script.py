@@ -152,11 +152,13 @@ def test_ctrl_c_with_the_output_through_tee_leaves_nothing_behind(tmp_path):
         env={**os.environ, "TMPDIR": str(stores)})
     os.close(write_end)
     reader = os.fdopen(read_end, "rb")
+    os.set_blocking(read_end, False)
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
         deadline = time.monotonic() + 60
         while not _ready(client, "identity"):
-            assert proc.poll() is None and time.monotonic() < deadline, "not ready"
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                (reader.read() or b"").decode(errors="replace")[-3000:])
             time.sleep(0.1)
         children = _children(proc.pid)
         reader.close()  # tee is gone ...
