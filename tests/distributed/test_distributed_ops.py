@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from pbserve.core.instances.stub_process import stub_environment
-from pbserve.testing import RunningServer, running_nats
+from pbserve.testing import RunningServer, free_ports, running_nats
 from stub_probe import sleeping_in_execute
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,8 +180,11 @@ def _both_take(client) -> bool:
 
 # -- credentials and TLS ----------------------------------------------------------------
 def _pbserve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pbserve", *args], capture_output=True,
-                          text=True, timeout=60)
+    """pbserve with `args`, on free ports (not the defaults, which another server may hold)."""
+    http, grpc, metrics = free_ports(3)
+    return subprocess.run([sys.executable, "-m", "pbserve", "--http-port", str(http),
+                           "--grpc-port", str(grpc), "--metrics-port", str(metrics), *args],
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_plane_flags_are_checked_before_anything_starts(tmp_path):
