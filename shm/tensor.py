@@ -9,6 +9,7 @@ bytes, elements in C order.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Iterable, NamedTuple
 
@@ -34,6 +35,8 @@ ITEMSIZE: dict[str, int] = {
 }
 ITEMSIZE["BF16"] = 2
 _LEN = struct.Struct("<I")
+_ENDLESS = itertools.repeat(None)  # the walk's loop without a count (stateless, shared)
+_unpack_length = _LEN.unpack_from  # bound once: the BYTES walk is on the request path
 
 
 class TensorDesc(NamedTuple):
@@ -94,24 +97,65 @@ def serialize_bytes(items: list[bytes]) -> bytes:
     return bytes(out)
 
 
-def deserialize_bytes(buffer, count: int | None = None) -> list[bytes]:
-    """Split a Triton BYTES buffer into its elements; ValueError if malformed."""
-    view = memoryview(buffer).cast("B")
-    end = len(view)
-    items: list[bytes] = []
-    pos = 0
-    while pos < end and (count is None or len(items) < count):
-        if pos + _LEN.size > end:
-            raise ValueError("BYTES buffer ends inside an element's length prefix")
-        (length,) = _LEN.unpack_from(view, pos)
-        pos += _LEN.size
-        if pos + length > end:
-            raise ValueError("BYTES buffer ends inside an element")
-        items.append(bytes(view[pos:pos + length]))
-        pos += length
+class BytesLayoutError(ValueError):
+    """A buffer that does not hold Triton's BYTES layout, and where it stops holding it.
+
+    `index`: the element that does not fit; `offset`: where its length prefix starts;
+    `declared`: the length that prefix declares (None: the prefix itself is cut, or the
+    buffer ended before the `count` elements asked for); `left`: the bytes left for what
+    was being read (the prefix, or the element after its prefix); `items`: what
+    `bytes_elements` had made of the elements before it.
+    """
+
+    def __init__(self, message: str, index: int, offset: int, declared: int | None,
+                 left: int, items: list) -> None:
+        super().__init__(message)
+        self.index, self.offset, self.declared = index, offset, declared
+        self.left, self.items = left, items
+
+
+def bytes_elements(buffer: bytes | bytearray | memoryview, count: int | None = None,
+                   convert: type[bytes] | type[str] | None = None) -> list:
+    """Triton's BYTES layout, walked once: each element's (start, end) in `buffer`, or
+    with `convert` its bytes (`bytes`) or its text (`str`: UTF-8, UnicodeDecodeError).
+
+    Without `count`, the elements up to the buffer's end; with it, exactly `count`
+    elements, bytes after them ignored (a pool block may be larger than its tensor).
+    BytesLayoutError when an element or its length prefix runs past the end, or the
+    buffer ends before `count` elements. `convert` needs a buffer of bytes (format "B").
+    """
+    size = buffer.nbytes if type(buffer) is memoryview else len(buffer)
+    items: list = []
+    start = 0
+    for _ in _ENDLESS if count is None else range(count):
+        if start >= size:
+            break
+        end = start + 4
+        if end > size:
+            raise BytesLayoutError("BYTES buffer ends inside an element's length prefix",
+                                   len(items), start, None, size - start, items)
+        (length,) = _unpack_length(buffer, start)
+        start = end + length
+        if start > size:
+            raise BytesLayoutError("BYTES buffer ends inside an element",
+                                   len(items), end - 4, length, size - end, items)
+        if convert is str:
+            items.append(str(buffer[end:start], "utf-8"))
+        elif convert is None:
+            items.append((end, start))
+        else:
+            items.append(bytes(buffer[end:start]))
     if count is not None and len(items) != count:
-        raise ValueError(f"BYTES buffer holds {len(items)} elements, expected {count}")
+        raise BytesLayoutError(f"BYTES buffer holds {len(items)} elements, expected {count}",
+                               len(items), start, None, 0, items)
     return items
+
+
+def deserialize_bytes(buffer, count: int | None = None) -> list[bytes]:
+    """Split a Triton BYTES buffer into its elements; BytesLayoutError (a ValueError)
+    if malformed."""
+    view = buffer if isinstance(buffer, bytes) else memoryview(buffer).cast("B")
+    return bytes_elements(view, count, bytes)
 
 
 def bytes_array(buffer, shape: tuple[int, ...]) -> np.ndarray:

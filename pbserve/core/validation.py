@@ -11,7 +11,6 @@ unless the request is wrong.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,12 +20,12 @@ from pbserve.core.config.config_checks import WILDCARD_DIM, sequence_control
 from pbserve.core.config.model_config import ELEMENT_SIZE, INVALID_DATATYPE, datatype_of
 from pbserve.core.types import Buffer, InferRequest, TensorData
 from pbserve.errors import invalid_arg
+from shm.tensor import BytesLayoutError, bytes_elements
 
 _INT64_MAX = 2**63 - 1
 _INVALID_SIZE = -2  # Triton's GetElementCount codes besides WILDCARD_DIM (-1)
 _OVERFLOW_SIZE = -3
 _UINT32_MASK = 0xFFFFFFFF  # Triton keeps the batch size in a uint32
-_STRING_LENGTH = struct.Struct("<I")  # the 4-byte little-endian length before each BYTES item
 _UNKNOWN_ID = "<id_unknown>"
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
@@ -232,33 +231,23 @@ class RequestValidator:
                               f"{_INT64_MAX}")
         data = tensor.data
         size = _nbytes(data)
-        offset = items = 0
-        while offset < size:
-            left = size - offset
-            if left < _STRING_LENGTH.size:
-                raise invalid_arg(
-                    f"{_prefix(request)}incomplete string length indicator for inference input "
-                    f"'{name}' for model '{self.model_name}', expecting {_STRING_LENGTH.size} "
-                    f"bytes but only {left} bytes available. Please make sure the string "
-                    "length indicator is in one buffer.")
-            (length,) = _STRING_LENGTH.unpack_from(data, offset)
-            items += 1
-            if items > expected:
-                raise invalid_arg(f"{_prefix(request)}unexpected number of string elements "
-                                  f"{items} for inference input '{name}' for model "
-                                  f"'{self.model_name}', expecting {expected}")
-            offset += _STRING_LENGTH.size
-            if length > size - offset:
-                # Triton lets a short last item through; pbserve refuses it.
-                raise invalid_arg(
-                    f"{_prefix(request)}string element {items - 1} of inference input '{name}' "
-                    f"for model '{self.model_name}' declares {length} bytes but only "
-                    f"{size - offset} bytes are left in the buffer")
-            offset += length
-        if items != expected:
-            raise invalid_arg(f"{_prefix(request)}expected {expected} string elements for "
-                              f"inference input '{name}' for model '{self.model_name}', got "
-                              f"{items}")
+        # At most `expected` elements are read: a body of many tiny elements costs no more
+        # than the shape says before it is refused.
+        try:
+            spans = bytes_elements(data, expected)
+        except BytesLayoutError as exc:
+            if exc.declared is None and exc.left == 0:  # the buffer ended before `expected`
+                raise invalid_arg(_count_message(request, name, self.model_name, exc.index,
+                                                 expected)) from None
+            raise invalid_arg(_layout_message(request, name, self.model_name, exc)) from None
+        end = spans[-1][1] if spans else 0
+        if end < size:  # more after the elements the shape holds
+            if size - end < 4:
+                raise invalid_arg(_layout_message(request, name, self.model_name,
+                                                  BytesLayoutError("", expected, end, None,
+                                                                   size - end, [])))
+            raise invalid_arg(_count_message(request, name, self.model_name, expected + 1,
+                                             expected))
 
     def _check_requested_outputs(self, request: InferRequest, requested: Sequence[str]) -> None:
         if len(set(requested)) != len(requested):
@@ -332,6 +321,29 @@ def batch_size_of(max_batch_size: int, request: InferRequest) -> int:
 def _prefix(request: InferRequest) -> str:
     """Triton's LogRequest() prefix on request errors."""
     return f"[request id: {request.id or _UNKNOWN_ID}] "
+
+
+def _layout_message(request: InferRequest, name: str, model: str,
+                    exc: BytesLayoutError) -> str:
+    """Triton's words for a BYTES input whose length prefix or element is cut."""
+    if exc.declared is None:
+        return (f"{_prefix(request)}incomplete string length indicator for inference input "
+                f"'{name}' for model '{model}', expecting 4 bytes but only {exc.left} bytes "
+                "available. Please make sure the string length indicator is in one buffer.")
+    # Triton lets a short last item through; pbserve refuses it.
+    return (f"{_prefix(request)}string element {exc.index} of inference input '{name}' for "
+            f"model '{model}' declares {exc.declared} bytes but only {exc.left} bytes are "
+            "left in the buffer")
+
+
+def _count_message(request: InferRequest, name: str, model: str, items: int,
+                   expected: int) -> str:
+    """Triton's words for a BYTES input with more or fewer elements than its shape."""
+    if items > expected:  # the first prefix past the count fails, whatever follows
+        return (f"{_prefix(request)}unexpected number of string elements {items} for "
+                f"inference input '{name}' for model '{model}', expecting {expected}")
+    return (f"{_prefix(request)}expected {expected} string elements for inference input "
+            f"'{name}' for model '{model}', got {items}")
 
 
 def _dims_text(dims: Sequence[int]) -> str:

@@ -251,6 +251,9 @@ def test_bytes_truncated_length_prefix_or_item_is_refused() -> None:
         "string length indicator is in one buffer.")
     assert "declares 10 bytes but only 3 bytes are left" in \
         error_of(v, text_request((1,), struct.pack("<I", 10) + b"abc")).message
+    # a cut prefix after the elements the shape holds is told as Triton tells it
+    assert "expecting 4 bytes but only 3 bytes available" in \
+        error_of(v, text_request((1,), item(b"ab") + b"\1\0\0")).message
 
 
 def test_string_correlation_id_for_an_integer_corrid_control() -> None:

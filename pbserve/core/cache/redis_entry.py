@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 
 from pbserve.core.cache.store import ENTRY_OVERHEAD, CachedResponse
 from pbserve.core.config.model_config import ELEMENT_SIZE
 from pbserve.core.types import InferResponse
 from shm.cuda_region import DeviceBytes
+from shm.tensor import BytesLayoutError, bytes_elements
 
-_LENGTH = struct.Struct("<I")
 _PARAMETER_TYPES = (str, int, float, bool)
 
 
@@ -83,11 +82,7 @@ def _output(fields: dict[bytes, bytes], i: int) -> tuple[str, str, tuple[int, ..
 
 def _bytes_items(data: bytes) -> int:
     """How many length-prefixed items `data` holds exactly; -1 when it does not parse."""
-    offset = items = 0
-    while offset < len(data):
-        if offset + _LENGTH.size > len(data):
-            return -1
-        (length,) = _LENGTH.unpack_from(data, offset)
-        offset += _LENGTH.size + length
-        items += 1
-    return items if offset == len(data) else -1
+    try:
+        return len(bytes_elements(data))
+    except BytesLayoutError:
+        return -1

@@ -36,6 +36,7 @@ from pbserve.errors import MalformedRequest, internal, invalid_arg
 from pbserve.server import jsonio
 from pbserve.server.buffers import byte_view, nbytes
 from pbserve.server.classification import UINT32, class_count_error
+from shm.tensor import BytesLayoutError, bytes_elements
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(t).newbyteorder("<") for name, t in {
@@ -387,23 +388,13 @@ def raw_to_json(output: TensorData) -> list | None:
 
 
 def _bytes_to_json(output: TensorData) -> list | None:
-    view = memoryview(byte_view(output.data))
-    items: list[str] = []
-    offset, end = 0, len(view)
     try:
-        for _ in range(element_count(output.shape)):
-            (length,) = _LENGTH.unpack_from(view, offset)
-            offset += 4
-            if offset + length > end:
-                raise struct.error
-            items.append(str(view[offset:offset + length], "utf-8"))
-            offset += length
-    except struct.error:
+        return bytes_elements(byte_view(output.data), element_count(output.shape), str)
+    except BytesLayoutError:
         raise internal(f"output tensor shape does not match size of output for "
                        f"'{output.name}'") from None
     except UnicodeDecodeError:
         return None
-    return items
 
 
 # --- response ------------------------------------------------------------------------

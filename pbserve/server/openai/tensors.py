@@ -4,7 +4,6 @@ them), and the text and token counts read from a response."""
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
@@ -15,8 +14,8 @@ from pbserve.server.buffers import byte_view
 from pbserve.server.http import codec
 from pbserve.server.http.generate import fit_shape
 from pbserve.server.openai.errors import OpenAIError, bad_request
+from shm.tensor import BytesLayoutError, bytes_elements
 
-_LENGTH = struct.Struct("<I")
 _INTEGERS = {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"}
 
 
@@ -33,16 +32,14 @@ def input_tensor(name: str, spec: dict[str, Any], values: list[Any]) -> TensorDa
 
 
 def strings(output: TensorData) -> list[str]:
-    """The elements of a BYTES output, decoded as UTF-8 (bad bytes replaced)."""
-    view = memoryview(byte_view(output.data))
-    items = []
-    offset, end = 0, len(view)
-    while offset + 4 <= end:
-        (length,) = _LENGTH.unpack_from(view, offset)
-        offset += 4
-        items.append(bytes(view[offset:offset + length]).decode("utf-8", "replace"))
-        offset += length
-    return items
+    """The elements of a BYTES output, decoded as UTF-8 (bad bytes replaced); a cut
+    length prefix ends the list, a cut last element is kept as far as it goes."""
+    view = byte_view(output.data)
+    try:
+        items = bytes_elements(view, None, bytes)
+    except BytesLayoutError as exc:
+        items = exc.items if exc.declared is None else [*exc.items, bytes(view[exc.offset + 4:])]
+    return [item.decode("utf-8", "replace") for item in items]
 
 
 def output_named(response: InferResponse, name: str) -> TensorData | None:
