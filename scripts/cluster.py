@@ -124,12 +124,13 @@ class Cluster:
         wanted = names if mode != "explicit" or "*" in loads else list(dict.fromkeys(loads))
         self.halves = split_models(paths, wanted, max(1, workers))
         self.procs: list[tuple[str, subprocess.Popen]] = []
-        # The frontend binds its ports last: nothing started before it may take them.
-        self._frontend_ports = {int(value) for flag, value in zip(frontend_flags[::2],
+        # Ports given to a process that has not bound them yet: the frontend's (it starts
+        # last) and each worker's, so that nothing started before them takes them.
+        self._promised_ports = {int(value) for flag, value in zip(frontend_flags[::2],
                                                                   frontend_flags[1::2])
                                 if flag.endswith("-port") and value.isdigit()}
         self.nats = RunningNats(preexec_fn=die_with_parent,
-                                avoid_ports=self._frontend_ports)
+                                avoid_ports=self._promised_ports)
         self._worker_ports: list[int] = []
         try:
             self.nats.wait_ready()
@@ -146,7 +147,8 @@ class Cluster:
     def _start_workers(self, repos: list[str], common: list[str]) -> None:
         pbserve = self._pbserve
         for index, half in enumerate(self.halves):
-            http, grpc, metrics = free_ports(3, self._frontend_ports)
+            http, grpc, metrics = free_ports(3, self._promised_ports)
+            self._promised_ports.update((http, grpc, metrics))
             self._worker_ports.append(http)
             cmd = [*pbserve, *[a for r in repos for a in ("--model-repository", r)],
                    "--worker-name", f"worker{index + 1}", "--http-port", str(http),
