@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import astuple
+
+from pbserve.core.observability.cpu_metrics import read_cpu_times
 
 SAMPLE_NS = 100_000_000  # the idle fraction is taken over at least this long
 SPARE_MIN = 0.25  # of all CPUs' time idle: enough to spare
@@ -50,14 +53,10 @@ class SpareCpu:
     def _read(self) -> tuple[int, int] | None:
         """(idle, total) ticks of all CPUs."""
         try:
-            with open(self._path, "rb") as f:
-                fields = f.readline().split()
-        except OSError:
+            times = read_cpu_times(self._path)
+        except (OSError, ValueError):
             return None
-        if not fields or fields[0] != b"cpu":
-            return None
-        values = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
-        return values[3] + values[4], sum(values)
+        return times.idle + times.iowait, sum(astuple(times))
 
 
 MACHINE = SpareCpu()

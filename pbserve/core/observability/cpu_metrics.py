@@ -44,7 +44,7 @@ class CpuTimes:
     steal: int = 0
 
 
-def read_cpu_times(path: Path = PROC_STAT) -> CpuTimes:
+def read_cpu_times(path: str | Path = PROC_STAT) -> CpuTimes:
     """The first line of /proc/stat; OSError or ValueError (Triton's words) if not one."""
     with open(path) as stat:
         line = stat.readline()
