@@ -120,12 +120,7 @@ def main() -> int:
         cases = all_cases(work / "data", tuple(args.trials))
         if args.only:
             cases = [c for c in cases if any(c.name.startswith(o) for o in args.only)]
-        for case in cases:
-            print(f"... {case.name}", file=sys.stderr, flush=True)
-            case_rows = runner.run_case(case, roots, work / "runs")
-            for row in case_rows:
-                print(f"    {row.status} {row.case} {row.reason}", file=sys.stderr, flush=True)
-            rows += case_rows
+        runner.run_cases(cases, roots, work / "runs", rows)
     finally:
         text = "\n\n".join([
             "Generators run (qa/common, unmodified):\n" + "\n".join(
@@ -133,13 +128,7 @@ def main() -> int:
             report.table(rows) if rows else "(no rows)",
             summary_table(rows), excluded_text(),
             report.summary(rows) + f" in {time.monotonic() - started:.0f} s"]) + "\n"
-        print(text)
-        if args.out:
-            args.out.write_text(text)
-        if args.keep:
-            print(f"work folder: {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        report.finish(text, args.out, work, args.keep)
     return 1 if any(r.status == FAIL for r in rows) else 0
 
 

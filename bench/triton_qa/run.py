@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases_examples  # noqa: E402
 import cases_l0  # noqa: E402
 import report  # noqa: E402
-from runner import run_case  # noqa: E402
+from runner import run_cases  # noqa: E402
 
 
 def main() -> int:
@@ -44,21 +44,10 @@ def main() -> int:
                     symlinks=True)
     rows = []
     try:
-        for case in cases:
-            print(f"... {case.name}", file=sys.stderr, flush=True)
-            case_rows = run_case(case, roots, work / "runs")
-            for row in case_rows:
-                print(f"    {row.status} {row.case} {row.reason}", file=sys.stderr, flush=True)
-            rows += case_rows
+        run_cases(cases, roots, work / "runs", rows)
     finally:
-        text = report.table(rows) + "\n\n" + report.summary(rows) + "\n"
-        print(text)
-        if args.out:
-            args.out.write_text(text)
-        if args.keep:
-            print(f"work folder: {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        report.finish(report.table(rows) + "\n\n" + report.summary(rows) + "\n", args.out,
+                      work, args.keep)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -51,6 +52,18 @@ def run_case(case: Case, roots: dict[str, Path], work: Path) -> list[Result]:
     finally:
         server.stop()
     return rows + _check_log_after(case, server)
+
+
+def run_cases(cases: list[Case], roots: dict[str, Path], work: Path,
+              rows: list[Result]) -> None:
+    """Run each case in turn, its results appended to `rows` as they come (a run cut short
+    keeps what it got) and told on stderr."""
+    for case in cases:
+        print(f"... {case.name}", file=sys.stderr, flush=True)
+        case_rows = run_case(case, roots, work)
+        for row in case_rows:
+            print(f"    {row.status} {row.case} {row.reason}", file=sys.stderr, flush=True)
+        rows += case_rows
 
 
 def _check_load_error(case: Case, server: Server) -> Result:
