@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import ssl
@@ -27,18 +28,54 @@ from typing import Callable, Collection, Iterator, Sequence
 from pbserve.exit_signals import children
 
 
+_FIRST_PORT = 20000  # below it: well-known services (8000-8002: another server's)
+_handed_out: set[int] = set()  # ports this process has chosen; never chosen twice
+
+
+def _ports_no_connection_takes() -> range:
+    """The ports above _FIRST_PORT outside the kernel's ephemeral range: an outgoing
+    connection (a client's, a worker's to nats) and a bind to port 0 never take one, so a
+    port chosen here stays free until the process it is chosen for binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return range(0)
+    below, above = range(_FIRST_PORT, low), range(high + 1, 65536)
+    return max(below, above, key=len)
+
+
 def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
     """`count` distinct free ports, none of them in `avoid` (ports chosen for a process
-    that has not bound them yet): every socket stays bound until all are chosen (one at
-    a time, the system may hand the same port out twice)."""
+    that has not bound them yet) nor chosen before by this process. They come from outside
+    the ephemeral range where it leaves room (see _ports_no_connection_takes), from a
+    random place in it, so that another process choosing the same way rarely collides;
+    else from the system (bind to port 0)."""
+    candidates = _ports_no_connection_takes()
     chosen: list[int] = []
     with contextlib.ExitStack() as stack:
-        while len(chosen) < count:
+        if len(candidates) >= 1000:
+            start = random.randrange(len(candidates))
+            for i in range(len(candidates)):
+                port = candidates[(start + i) % len(candidates)]
+                if port in avoid or port in _handed_out:
+                    continue
+                s = stack.enter_context(socket.socket())
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                chosen.append(port)
+                if len(chosen) == count:
+                    break
+        while len(chosen) < count:  # every socket stays bound until all are chosen
             s = stack.enter_context(socket.socket())
             s.bind(("127.0.0.1", 0))
-            if s.getsockname()[1] not in avoid:
-                chosen.append(s.getsockname()[1])
-        return chosen
+            port = s.getsockname()[1]
+            if port not in avoid and port not in _handed_out:
+                chosen.append(port)
+    _handed_out.update(chosen)
+    return chosen
 
 
 def stub_pids(server_pid: int) -> list[int]:
