@@ -148,10 +148,14 @@ async def _serve(options: ServerOptions, repositories: CloudRepositories,
         log.error("%s", error)
         return 1
     servers: list[Frontend] = []
+    slots = None
+    if options.frontend_processes > 1 and manager is not None:
+        from pbserve.frontends.slots import FrontendSlots
+        slots = FrontendSlots(options.frontend_processes)
     try:
         if manager is not None:
             try:
-                await manager.start()
+                await manager.start(slots.fds() if slots is not None else ())
             except ServerError as exc:  # the redis cache's server cannot be reached
                 print(f"error: creating server: {exc.code.text} - {exc.message}",
                       file=sys.stderr)
@@ -168,10 +172,10 @@ async def _serve(options: ServerOptions, repositories: CloudRepositories,
             core = node.core  # a worker's: its models, and the plane's for the others
         assert core is not None
         if options.frontend_processes > 1:  # HTTP and gRPC in processes of their own
-            assert manager is not None
+            assert manager is not None and slots is not None
             from pbserve.frontends.start import start as start_frontends
-            servers.append(await start_frontends(options.frontend_processes, core, manager,
-                                                 endpoints, options.command_line))
+            servers.append(await start_frontends(slots, core, manager, endpoints,
+                                                 options.command_line))
             # the core keeps /metrics and the OpenAI endpoint
             endpoints = Endpoints(metrics=endpoints.metrics, openai=endpoints.openai)
         try:
@@ -191,4 +195,6 @@ async def _serve(options: ServerOptions, repositories: CloudRepositories,
             await node.close()
         TRACER.close()
         signals.cancel()
+        if slots is not None:
+            slots.close()
     return 0

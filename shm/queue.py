@@ -158,9 +158,10 @@ class MessageQueue:
                 self._empty.release()
             raise QueueFull(f"queue {self.name} stayed full for {timeout} s") from None
 
-    def wake(self) -> None:
-        """Producer side only: an empty message, so a consumer blocked in `get` returns."""
-        self.put(b"")
+    def wake(self) -> bool:
+        """Producer side only: an empty message, so a consumer blocked in `get` returns
+        (what `put` returns)."""
+        return self.put(b"")
 
     def close(self) -> None:
         for sem in (self._empty, self._items):

@@ -25,6 +25,9 @@ def main() -> None:
     parser.add_argument("--name", required=True, help="instance name, e.g. add_sub_0_0")
     parser.add_argument("--doorbell-fd", type=int, default=-1,
                         help="inherited eventfd to ring after each message to the parent")
+    parser.add_argument("--frontend-bell-fds", default="",
+                        help="FD,...: inherited eventfds of the frontend processes, in "
+                             "slot order, rung after each answer to one (frontend_answers)")
     parser.add_argument("--shm-default-byte-size", type=int, default=DEFAULT_SIZE)
     parser.add_argument("--shm-growth-byte-size", type=int, default=DEFAULT_GROWTH)
     parser.add_argument("--cuda-memory-pool-byte-size", default="",
@@ -47,7 +50,8 @@ def main() -> None:
     cuda = tuple((int(gpu), int(size)) for gpu, size in (
         pair.split(":") for pair in args.cuda_memory_pool_byte_size.split(",") if pair))
     sizes = ShmSizes(args.shm_default_byte_size, args.shm_growth_byte_size, cuda)
-    Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd, sizes).run()
+    bells = tuple(int(fd) for fd in args.frontend_bell_fds.split(",") if fd)
+    Stub(args.prefix, args.parent_pid, args.name, args.doorbell_fd, sizes, bells).run()
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from shm.queue import MessageQueue
 from stub import protocol as p
+from stub.inbox import PARENT, Inbox
 
 
 def poll(pending: Callable[[], bool], budget_ns: int) -> bool:
@@ -39,12 +39,12 @@ def poll(pending: Callable[[], bool], budget_ns: int) -> bool:
 
 
 class DirectReplies:
-    """The main queue as the main thread reads it: its messages, and its calls' answers."""
+    """The inbox as the main thread reads it: its messages, and its calls' answers."""
 
-    def __init__(self, main_q: MessageQueue) -> None:
-        self._queue = main_q
+    def __init__(self, inbox: Inbox) -> None:
+        self._queue = inbox
         self._thread = threading.get_ident()  # made on the thread that runs the main loop
-        self._held: collections.deque[bytes] = collections.deque()
+        self._held: collections.deque[tuple[int, bytes]] = collections.deque()
         self.poll_ns = 0  # how long `wait` polls before it sleeps (0: it sleeps at once)
 
     def on_main_thread(self) -> bool:
@@ -55,16 +55,18 @@ class DirectReplies:
         if self.poll_ns:
             poll(self._queue.pending, self.poll_ns)
         while True:
-            raw = self._queue.get()
-            if raw:
+            got = self._queue.get()
+            assert got is not None
+            origin, raw = got
+            if raw and origin == PARENT:
                 message = p.decode(raw)
                 if message[0] == p.REPLY and message[p.REPLY_CALL_ID] == call_id:
                     return message[p.REPLY_ERROR], message[p.REPLY_VALUE]
-            self._held.append(raw)
+            self._held.append(got)
 
-    def next(self, timeout: float | None) -> bytes | None:
-        """The main loop's next message: a held one first, else from the queue (None: none
-        came within `timeout`)."""
+    def next(self, timeout: float | None) -> tuple[int, bytes] | None:
+        """The main loop's next (origin, message): a held one first, else from the inbox
+        (None: none came within `timeout`)."""
         return self._held.popleft() if self._held else self._queue.get(timeout)
 
     def pending(self) -> bool:

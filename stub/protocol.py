@@ -52,6 +52,9 @@ LOG_SETTINGS = 20  # (LOG_SETTINGS, generation, verbose_level, info, warning, er
 FORGET_REGIONS = 12  # control queue: (FORGET_REGIONS, names): regions of the parent's or
 #   another stub's pool that their owner gave back (Pool.trim); unmap them if mapped
 TRIM = 13         # control queue: (TRIM,): /dev/shm is short; give back every empty region
+FRONTEND_QUEUES = 14  # (FRONTEND_QUEUES, slot, requests, answers): frontend process
+#   `slot` started again: its queues to and from this stub are these now (the old ones'
+#   outputs lent to it are freed); main queue
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
@@ -201,6 +204,10 @@ def forget_regions(names: tuple[str, ...]) -> tuple:
 
 def trim() -> tuple:
     return (TRIM,)
+
+
+def frontend_queues(slot: int, requests: str, answers: str) -> tuple:
+    return (FRONTEND_QUEUES, slot, requests, answers)
 
 
 # -- stub -> parent ---------------------------------------------------------------------

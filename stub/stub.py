@@ -7,6 +7,9 @@ Three queues connect it to the parent (all in shm):
 - control (parent -> stub): RELEASE and CANCEL, read by a control thread so that they
   arrive while `execute` runs.
 - up (stub -> parent): everything the stub says.
+With frontend processes, each also has a queue to the stub and one back (stub/frontends.py):
+the main thread reads the main queue and theirs as one inbox (stub/inbox.py), and answers
+a frontend's batch to it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 import traceback
 
 import backend_utils
+import posix_ipc
 import triton_python_backend_utils
 from backend_utils import _runtime
 from backend_utils.constants import (
@@ -32,6 +36,8 @@ from shm.doorbell import ring
 from shm.pool import Block, Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
+from stub.frontends import Frontends
+from stub.inbox import PARENT, Inbox, bell_name
 from stub.protocol import REQ_KEY
 from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
@@ -55,6 +61,7 @@ EXPECT_NS = 200_000  # how long an announced request is polled for before sleepi
 # from an answer to the next request has recently been shorter (`_time_gap`).
 NEXT_NS = 300_000
 REPLY_POLL_NS = 300_000  # ... and a BLS answer, during an announced request (direct_replies)
+FRONTEND_READ_S = 5.0  # at unload, how long the frontends may take to read their answers
 PRESSURE_PAUSE_S = 0.05  # /dev/shm full: how long the others get to give memory back
 SHM_WAIT_S = 10.0  # ... and how long an allocation waits for memory in all
 CANCEL_COROUTINES = "pbserve.cancel_coroutines"  # model config parameter, "true" opts in
@@ -71,11 +78,21 @@ def queue_names(prefix: str) -> tuple[str, str, str]:
     return prefix + "-m", prefix + "-c", prefix + "-u"
 
 
+def frontend_queue_names(prefix: str, slot: int, generation: int = 0) -> tuple[str, str]:
+    """Names of the queues between frontend process `slot` (its `generation`th process)
+    and the stub with this prefix: its requests to the stub, the stub's answers to it."""
+    return f"{prefix}-f{slot}g{generation}", f"{prefix}-a{slot}g{generation}"
+
+
 class Stub:
     def __init__(self, prefix: str, parent_pid: int, instance_name: str,
-                 doorbell_fd: int = -1, sizes: ShmSizes = ShmSizes()) -> None:
+                 doorbell_fd: int = -1, sizes: ShmSizes = ShmSizes(),
+                 frontend_bell_fds: tuple[int, ...] = ()) -> None:
         main, control, up = queue_names(prefix)
         self.main_q = MessageQueue.attach(main)
+        self.inbox = Inbox(self.main_q, posix_ipc.Semaphore(bell_name(prefix))
+                           if frontend_bell_fds else None)
+        self._origin = PARENT  # where the message being handled came from
         self.control_q = MessageQueue.attach(control)
         self.up_q = MessageQueue.attach(up)
         self.doorbell_fd = doorbell_fd  # rung after each put (shm/doorbell.py); -1: none
@@ -93,7 +110,7 @@ class Stub:
         self.cancel_coroutines = False
         self.log_levels = LogLevels()
         self.async_loop = AsyncLoopThread(self.log_error)
-        self.main_messages = DirectReplies(self.main_q)  # Stub is made on the main thread
+        self.main_messages = DirectReplies(self.inbox)  # Stub is made on the main thread
         self.calls = Calls(self.send, self.main_messages)
         self.borrowed = BorrowedBlocks()
         self.gpu = GpuMemory(self.pool.prefix, self.regions, dict(sizes.cuda))
@@ -114,6 +131,8 @@ class Stub:
             p.AUTO_COMPLETE: self._on_auto_complete_msg, p.FINALIZE: self._on_finalize_msg,
             p.SEQUENCE_TERMINATED: self._on_sequence_terminated_msg,
             p.LOG_SETTINGS: self._on_log_settings_msg,
+            p.RELEASE: self._on_release_msg,  # a frontend's, for the outputs it wrote
+            p.FRONTEND_QUEUES: self._on_frontend_queues_msg,
         }
         self._control_handlers = {
             p.REPLY: self._on_reply_msg, p.STREAM_ITEM: self._on_stream_item_msg,
@@ -122,6 +141,10 @@ class Stub:
             p.LOG_SETTINGS: self._on_log_settings_msg,
             p.FORGET_REGIONS: self._on_forget_regions_msg, p.TRIM: self._on_trim_msg,
         }
+        # frontend processes that send requests directly (pbserve/frontends/direct.py)
+        self.frontends = Frontends(frontend_bell_fds, self.inbox, self._free)
+        for slot in range(len(frontend_bell_fds)):
+            self.frontends.attach(slot, *frontend_queue_names(prefix, slot))
 
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
@@ -166,12 +189,13 @@ class Stub:
         try:
             while self._running:
                 # With a message waiting, the idle timeout is not asked for (a lock).
-                raw = messages.next(None if messages.pending() else self._idle_timeout())
-                if raw is None:
+                got = messages.next(None if messages.pending() else self._idle_timeout())
+                if got is None:
                     if not self.parent_alive():
                         return
                     self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
                     continue
+                self._origin, raw = got
                 if not raw:  # the parent announces a request (or wakes the loop to end)
                     self._announced = True
                     self._expect_request(EXPECT_NS)
@@ -193,6 +217,12 @@ class Stub:
     def _on_execute_msg(self, message: tuple) -> None:
         self._time_gap()
         _, batch_id, requests, frees = message
+        if self._origin != PARENT:
+            if self.decoupled or not self.frontends.knows(self._origin):
+                return  # a frontend sends only what it may (not for a decoupled model)
+            if self.finalizing:
+                self._refuse(batch_id, requests)
+                return
         # An announced request: the machine has CPU to spare, BLS answers are polled for
         self.main_messages.poll_ns = REPLY_POLL_NS if self._announced else 0
         self.on_execute(batch_id, requests, frees)
@@ -213,7 +243,37 @@ class Stub:
         self.on_auto_complete(model_path, config_json, backend_path)
 
     def _on_finalize_msg(self, message: tuple) -> None:
+        # What frontends sent before the unload runs first, as Triton's unload waits for
+        # the requests in flight; what they send after is refused.
+        self._from_frontends()
         self.on_finalize()
+        # Refused now (`finalizing`); the outputs the frontends were sent are read before
+        # the stub ends and its regions with it (their RELEASEs say so).
+        deadline = time.monotonic() + FRONTEND_READ_S
+        while True:
+            self._from_frontends()
+            if not self.frontends.reading() or time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+
+    def _from_frontends(self) -> None:
+        """Handle what waits in the frontends' queues now."""
+        handlers = self._main_handlers
+        while (got := self.inbox.from_frontends()) is not None:
+            self._origin, raw = got
+            if raw:
+                message = p.decode(raw)
+                handler = handlers.get(message[0])
+                if handler is not None:
+                    handler(message)
+        self._origin = PARENT
+
+    def _refuse(self, batch_id: int, requests: tuple) -> None:
+        """A frontend's request that came after FINALIZE: UNAVAILABLE, not run."""
+        error = (int(TritonError.UNAVAILABLE),
+                 f"model '{self.model_name}' is unloading: the request was not run")
+        answer = p.response_record(error, (), "{}")
+        self._answer(p.dropped(batch_id, tuple([(r[REQ_KEY], answer) for r in requests])))
 
     def _on_sequence_terminated_msg(self, message: tuple) -> None:
         _, correlation_id, reason = message
@@ -260,9 +320,16 @@ class Stub:
         _, call_id, value, final = message
         self.calls.on_item(call_id, value, final)
 
-    def _on_release_msg(self, message: tuple) -> None:
+    def _on_release_msg(self, message: tuple) -> None:  # on either thread
         _, frees = message
+        if self.main_messages.on_main_thread():
+            self._returned(frees)
         self._free(frees)
+
+    def _returned(self, frees: tuple) -> None:
+        """On the main thread: the frontend the message came from reads these no more."""
+        if frees and self._origin != PARENT:
+            self.frontends.returned(self._origin, frees)
 
     def _on_cancel_msg(self, message: tuple) -> None:
         if self.runtime is not None:
@@ -433,6 +500,7 @@ class Stub:
 
     def on_execute(self, batch_id: int, requests: tuple, frees: tuple) -> None:
         if frees:
+            self._returned(frees)
             self._free(frees)
         if not self.decoupled and self.runtime.all_cancelled([r[REQ_KEY] for r in requests]):
             self._drop_cancelled(batch_id, requests)
@@ -484,7 +552,7 @@ class Stub:
                     self.gpu.unlend(key)
                 else:
                     self.borrowed.unregister(key)
-        self.send(p.responses(batch_id, None, msgs, rescheduled))
+        self._answer(p.responses(batch_id, None, msgs, rescheduled), msgs)
         for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
                 self.request_closed(req._key)
@@ -496,7 +564,7 @@ class Stub:
         error = (int(TritonError.CANCELLED), f"request for model '{self.model_name}' "
                                              f"was cancelled")
         answer = p.response_record(error, (), "{}")
-        self.send(p.dropped(batch_id, tuple([(r[REQ_KEY], answer) for r in requests])))
+        self._answer(p.dropped(batch_id, tuple([(r[REQ_KEY], answer) for r in requests])))
         for r in requests:
             self.request_closed(r[REQ_KEY])
 
@@ -505,8 +573,25 @@ class Stub:
         error = (f"Failed to process the request(s) for model '{self.instance_name}', "
                  f"message: {self.describe(exc)}")
         self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
-        self.send(p.batch_done(batch_id, error, ()) if self.decoupled
-                  else p.responses(batch_id, error, (), ()))
+        self._answer(p.batch_done(batch_id, error, ()) if self.decoupled
+                     else p.responses(batch_id, error, (), ()))
+
+    def _on_frontend_queues_msg(self, message: tuple) -> None:
+        _, slot, requests, answers = message
+        self.frontends.attach(slot, requests, answers)
+
+    def _answer(self, message: tuple, msgs: tuple = ()) -> None:
+        """A batch's answer: to the parent, or to the frontend process that sent the
+        batch (stub/frontends.py), with the outputs of `msgs` (its (key, ResponseMsg)
+        pairs), which that frontend reads until it gives them back."""
+        if self._origin == PARENT:
+            self.send(message)
+            return
+        outputs = tuple((o[3], o[4]) for _, msg in msgs if msg is not None
+                        for o in msg[p.RESP_OUTPUTS])
+        if not self.frontends.answer(self._origin, message, outputs):
+            self.log_error(f"frontend process {self._origin - 1} does not read its answers: "
+                           f"one of model instance '{self.instance_name}' was dropped")
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         # a RequestMsg (protocol.request_msg), read whole

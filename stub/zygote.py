@@ -56,6 +56,7 @@ import shm.pool  # noqa: E402,F401
 import stub.stub  # noqa: E402,F401
 
 MAX_MESSAGE = 1 << 20
+MAX_FRONTEND_BELLS = 64  # frontend processes a stub answers directly, at most
 
 
 def main() -> None:
@@ -118,14 +119,19 @@ def serve(sock: socket.socket) -> tuple[list[str], int] | None:
         if sock not in readable:
             continue
         try:
-            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
+            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3 + MAX_FRONTEND_BELLS)
         except ConnectionError:
             data, fds = b"", []
         if not data:  # the server is gone (or closed us): the stubs go with us
             return None
         request = json.loads(data)
-        doorbell = fds[0] if fds else -1
-        stdio = fds[1:3] if len(fds) >= 3 else []
+        # the doorbell, then stdout's and stderr's pipes (unless on the terminal), then
+        # the frontend processes' doorbells (stub/frontends.py)
+        bells = int(request.get("frontend_bells", 0))
+        own = fds[:len(fds) - bells]
+        bell_fds = fds[len(fds) - bells:]
+        doorbell = own[0] if own else -1
+        stdio = own[1:3] if len(own) >= 3 else []
         sys.stdout.flush()  # nothing of the zygote's in a stub's buffers
         sys.stderr.flush()
         try:
@@ -134,8 +140,11 @@ def serve(sock: socket.socket) -> tuple[list[str], int] | None:
             _send(sock, {"failed": request["id"], "error": f"fork: {err}"})
             pid = -1
         if pid == 0:
-            _clean_child(sock, doorbell, stdio)
-            return list(request["argv"]), doorbell
+            _clean_child(sock, [fd for fd in (doorbell, *bell_fds) if fd >= 0], stdio)
+            argv = list(request["argv"])
+            if bell_fds:
+                argv += ["--frontend-bell-fds", ",".join(str(fd) for fd in bell_fds)]
+            return argv, doorbell
         for fd in fds:
             os.close(fd)
         if pid > 0:
@@ -208,10 +217,10 @@ def _show_command_line(argv: list[str]) -> None:
     ctypes.memmove(start, text + b"\0" * (room - len(text)), room)
 
 
-def _clean_child(sock: socket.socket, keep: int, stdio: list[int]) -> None:
+def _clean_child(sock: socket.socket, keep: list[int], stdio: list[int]) -> None:
     """A stub's stdout and stderr (`stdio`, its pipes) onto 1 and 2; then what it must
-    not inherit of the zygote: its signal set-up and every fd but 0, 1, 2 and its
-    doorbell."""
+    not inherit of the zygote: its signal set-up and every fd but 0, 1, 2 and `keep`
+    (its doorbells)."""
     for target, fd in zip((1, 2), stdio):  # all of them > 2: _open_standard_fds
         os.dup2(fd, target)  # inheritable, as Popen leaves them
     for fd in stdio:
@@ -219,12 +228,12 @@ def _clean_child(sock: socket.socket, keep: int, stdio: list[int]) -> None:
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sock.detach()  # closed below; the object must not close that number again later
-    if keep >= 0:
-        os.closerange(3, keep)
-        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
-        os.set_inheritable(keep, True)  # as Popen's pass_fds leaves it
-    else:
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        os.set_inheritable(fd, True)  # as Popen's pass_fds leaves it
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
 def _open_standard_fds() -> None:

@@ -259,6 +259,7 @@ class LinkedCore:
     def __init__(self, core: Any) -> None:
         from pbserve.frontends.calls import CoreCalls
         from pbserve.frontends.channel import CoreEnd
+        from shm.doorbell import Doorbell
         from pbserve.frontends.link import FrontendLink
         from shm.pool import RegionMap
 
@@ -267,7 +268,7 @@ class LinkedCore:
         from shm import Pool
         from shm.names import new_prefix
 
-        self.channel = CoreEnd.create()
+        self.channel = CoreEnd.create(Doorbell())  # its fd goes with the test process
         self.pool = Pool(new_prefix() + "-core")  # outputs too large for a message
         refs = BlockRefs(self.pool)
         self.link = FrontendLink("test", self.channel, core, RegionMap(),

@@ -59,7 +59,7 @@ async def _serve(spec: ChannelSpec, index: int, endpoints: Endpoints,
                  options: ServerOptions) -> int:
     sizes = options.config_sources.shm_sizes
     core = LinkedCore(FrontendEnd.attach(spec), Pool(spec.prefix + "-p", sizes.default,
-                                                      sizes.growth))
+                                                      sizes.growth), index)
     core.start()
     signals = ShutdownSignals(asyncio.get_running_loop(),
                               shutdown_deadline(options.exit_timeout_s))

@@ -30,6 +30,23 @@ class LoadedModel:
     def batched(self) -> bool:
         return self._model.cfg.max_batch_size > 0
 
+    def direct_route(self, slot: int) -> tuple | None:
+        """Model.direct_route; None for an ensemble."""
+        model = self._model
+        return model.direct_route(slot) if isinstance(model, Model) else None
+
+    def add_direct_stats(self, *figures: int) -> None:
+        """Model.add_direct_stats."""
+        model = self._model
+        if isinstance(model, Model):
+            model.add_direct_stats(*figures)
+
+    def cancel_direct(self, instance_name: str, key: int) -> None:
+        """Model.cancel_direct."""
+        model = self._model
+        if isinstance(model, Model):
+            model.cancel_direct(instance_name, key)
+
     def output_labels(self, output: str) -> list[bytes] | None:
         return output_labels(self._model, output)
 

@@ -144,8 +144,10 @@ class ModelManager:
             if options.cpu_metrics else None
 
     # -- server lifecycle -------------------------------------------------------------
-    async def start(self) -> None:
-        """Remove shm a killed server left, then load the start-up models in parallel."""
+    async def start(self, frontend_bells: tuple[int, ...] = ()) -> None:
+        """Remove shm a killed server left, then load the start-up models in parallel.
+        `frontend_bells`: the frontend processes' doorbells, for every stub
+        (frontends/slots.py)."""
         if self.response_cache is not None:  # a redis cache connects (ServerError if not)
             await self.response_cache.open()
         removed = sweep_dead_owners()
@@ -155,6 +157,7 @@ class ModelManager:
             log.info("removed %s, model files a dead server was loaded from", directory)
         if self.options.stub_zygote:
             self._launcher = ZygoteLauncher()
+        self._launcher.frontend_bells = frontend_bells
         sizes = self.config_sources.shm_sizes
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)
@@ -369,6 +372,12 @@ class ModelManager:
     def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         return self.model_handle(request.model_name, request.model_version
                                  ).stream_infer(request)
+
+    def frontend_gone(self, slot: int) -> None:
+        """Frontend process `slot` died: every stub gets new queues for the next one
+        (ModelInstance.frontend_gone)."""
+        for instance in self._all_instances():
+            instance.frontend_gone(slot)
 
     def _all_instances(self) -> Iterator[ModelInstance]:
         for entry in self._entries.values():

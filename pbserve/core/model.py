@@ -220,6 +220,56 @@ class Model:
         for instance in self.instances:
             instance.configure(config_json, self.decoupled, scheduler)
 
+    def direct_route(self, slot: int) -> tuple | None:
+        """What frontend process `slot` needs to send this model's requests to its stubs
+        itself (docs/frontend_processes.md): its version, its config (serialized, for
+        validation), and each READY instance's queue names (to its stub, from it), its
+        stub's bell, pid and instance name. None where requests must pass through the
+        core: a batcher, a decoupled model, the response cache, the rate limiter,
+        tracing, an instance not READY."""
+        cfg = self.cfg
+        if self.decoupled or cfg.HasField("dynamic_batching") \
+                or cfg.HasField("sequence_batching") or self._cache is not None \
+                or TRACER.enabled or not self.instances:
+            return None
+        stubs = []
+        for instance in self.instances:
+            stub = instance.stub
+            if instance.limit is not None or instance.state is not InstanceState.READY \
+                    or stub is None or len(stub.frontend_queues) <= slot:
+                return None
+            stubs.append((*stub.frontend_queues[slot], stub.bell_name, stub.pid,
+                          instance.name))
+        return self.version, cfg.SerializeToString(), tuple(stubs)
+
+    def add_direct_stats(self, size: int, requests: int, failures: int, success_ns: int,
+                         failure_ns: int, compute_ns: int) -> None:
+        """What requests of batch size `size` a frontend process sent to this model's
+        stubs itself added to its statistics (frontends/direct.py): each an execution of
+        its own; its compute is the stub's round trip, its queue time none (it waited in
+        the stub's queue, as a request queued ahead does, counted as compute)."""
+        stats = self.stats
+        succeeded = requests - failures
+        stats.success += succeeded
+        stats.success_us += success_ns // 1000
+        stats.inference_count += succeeded * size
+        stats.exec_count += requests
+        stats.request_us += (success_ns + failure_ns) // 1000
+        stats.compute_infer_us += compute_ns // 1000
+        if failures:
+            stats.failures[metrics.BACKEND] += failures
+            stats.failure_us += failure_ns // 1000
+        stats.last_inference_ms = int(time.time() * 1000)
+        figures = stats.batches.setdefault(size, [0, 0, 0, 0])
+        figures[0] += requests
+        figures[1] += compute_ns
+
+    def cancel_direct(self, instance_name: str, key: int) -> None:
+        """A frontend's direct request `key` on that instance was cancelled."""
+        for instance in self.instances:
+            if instance.name == instance_name:
+                instance.cancel_direct(key)
+
     def retire(self) -> None:
         """Unloading or shutting down: no instance is restarted from now on."""
         for instance in self.instances:

@@ -36,6 +36,13 @@ def _labels(core: InferenceCore, name: str, version: str, output: str) -> Any:
     return core.model_handle(name, version).output_labels(output)
 
 
+def _direct_route(core: InferenceCore, name: str, version: str, slot: int) -> Any:
+    """Where frontend `slot` sends the model's requests itself (loaded_model.py), or
+    None: through the core (a handle without the ability: a worker's plane models)."""
+    route = getattr(core.model_handle(name, version), "direct_route", None)
+    return route(slot) if route is not None else None
+
+
 async def _statistics(core: InferenceCore, name: str, version: str) -> Any:
     """The model's statistics as the in-process frontends answer them."""
     return (await statistics.model(core, name, version))["model_stats"]
@@ -60,6 +67,7 @@ METHODS: dict[str, Callable[..., Any]] = {
     "model_config": lambda core, name, version: core.model_config(name, version),
     "model_handle": _handle,
     "output_labels": _labels,
+    "direct_route": _direct_route,
     "repository_index": lambda core, ready_only: core.repository_index(ready_only),
     "load_model": lambda core, name, config, files: core.load_model(name, config, files),
     "unload_model": lambda core, name, dependents: core.unload_model(name, dependents),

@@ -64,9 +64,11 @@ class _End:
         if self._outgoing.put(fp.encode(message)):
             ring(self._peer_bell_fd)
 
-    def start(self, on_messages: Callable[[list], None]) -> None:
+    def start(self, on_messages: Callable[[list], None],
+              also: Callable[[], None] | None = None) -> None:
         """Call `on_messages(batch)` on the running loop with every message that came,
-        each time the peer rings."""
+        each time the peer rings; then `also()` (what else rings this doorbell: the
+        stubs a frontend sends requests to directly, frontends/direct.py)."""
         loop = self._loop = asyncio.get_running_loop()
         self._on_messages = on_messages
         self._watch = QueueWatch(loop, self._incoming.pending,
@@ -79,6 +81,8 @@ class _End:
             except BlockingIOError:
                 pass
             self.drain_into(on_messages)
+            if also is not None:
+                also()
         loop.add_reader(self._my_bell_fd, drain)
 
     def watch(self, budget_ns: int) -> None:
@@ -112,19 +116,20 @@ class CoreEnd(_End):
         self._bells = (core_bell, frontend_bell)
 
     @classmethod
-    def create(cls) -> CoreEnd:
+    def create(cls, frontend_bell: Doorbell) -> CoreEnd:
+        """`frontend_bell`: the slot's (slots.py), which outlives the channel."""
         prefix = new_prefix() + "-fe"
         queues: list[MessageQueue] = []
         try:
             for name in _queue_names(prefix):
                 queues.append(MessageQueue.create(name, QUEUE_CAPACITY))
-            bells = Doorbell(), Doorbell()
+            core_bell = Doorbell()
         except BaseException:
             for queue in queues:
                 queue.unlink()
                 queue.close()
             raise
-        return cls(prefix, queues[0], queues[1], *bells)
+        return cls(prefix, queues[0], queues[1], core_bell, frontend_bell)
 
     def spec(self) -> ChannelSpec:
         return ChannelSpec(self.prefix, self._bells[0].fd, self._bells[1].fd)
@@ -139,8 +144,7 @@ class CoreEnd(_End):
         for queue in (self.up, self.down):
             queue.unlink()
             queue.close()
-        for bell in self._bells:
-            bell.close()
+        self._bells[0].close()  # the frontend's is its slot's
         unlink_prefix(self.prefix)
 
 

@@ -61,7 +61,8 @@ class FrontendLink:
             fp.INFER: self._on_infer, fp.CANCEL: self._on_cancel,
             fp.RELEASE: self._on_release, fp.CALL: self._on_call,
             fp.REGIONS_GONE: self._on_regions_gone, fp.STARTED: self._on_started,
-            fp.EXPECT: self._on_expect,
+            fp.EXPECT: self._on_expect, fp.DIRECT_STATS: self._on_direct_stats,
+            fp.CANCEL_DIRECT: self._on_cancel_direct,
         }
         self.started = asyncio.Event()  # the frontend serves its endpoints
         self.on_regions_gone: Callable[[FrontendLink, tuple], None] = lambda _l, _n: None
@@ -96,6 +97,24 @@ class FrontendLink:
             self._core.model_handle(model, version).expect()
         except ServerError:
             pass  # the request itself gets the error
+
+    def _on_direct_stats(self, message: tuple) -> None:
+        """What the frontend's direct requests (frontends/direct.py) add to statistics."""
+        _, entries = message
+        for model, version, *figures in entries:
+            try:
+                self._core.model_handle(model, version).add_direct_stats(*figures)
+            except ServerError:
+                pass  # unloaded meanwhile
+
+    def _on_cancel_direct(self, message: tuple) -> None:
+        """A direct request's client left: the model sees it (`is_cancelled`), and its
+        BLS calls are cancelled, as for a request through the core."""
+        _, model, version, instance_name, key = message
+        try:
+            self._core.model_handle(model, version).cancel_direct(instance_name, key)
+        except ServerError:
+            pass
 
     def _on_started(self, message: tuple) -> None:
         self.started.set()

@@ -28,6 +28,7 @@ from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
+from pbserve.frontends.direct import DirectPath
 from pbserve.frontends.placer import FrontendPlacer, PlacedInFrontend
 from shm import Block, Pool, ShmExhausted
 from shm.pool import RegionMap
@@ -55,7 +56,7 @@ class _Call:
 class LinkedCore:
     """InferenceCore for a frontend process (the protocol: core/api.py)."""
 
-    def __init__(self, channel: FrontendEnd, pool: Pool) -> None:
+    def __init__(self, channel: FrontendEnd, pool: Pool, slot: int = 0) -> None:
         self._channel = channel
         self._pool = pool
         self._placer = FrontendPlacer(pool)
@@ -73,6 +74,7 @@ class LinkedCore:
         self._applying_core_log = False
         self._trim: asyncio.TimerHandle | None = None
         self.shared_memory = _SharedMemory(self)
+        self.direct = DirectPath(slot, pool, self._regions, self._ask, self._channel.send)
         self._handlers: dict[int, Callable[[tuple], None]] = {
             fp.RESPONSE: self._on_response, fp.INPUTS_DONE: self._on_inputs_done,
             fp.REPLY: self._on_reply, fp.FORGET_REGIONS: self._on_forget_regions,
@@ -80,12 +82,13 @@ class LinkedCore:
         }
 
     def start(self) -> None:
-        self._channel.start(self._on_messages)
+        self._channel.start(self._on_messages, self.direct.drain)
         SERVER_LOG.attach(self)
         self._trim = asyncio.get_running_loop().call_later(TRIM_INTERVAL_S, self._tick)
 
     def close(self) -> None:
         SERVER_LOG.detach(self)
+        self.direct.close()
         if self._trim is not None:
             self._trim.cancel()
         self._channel.close()
@@ -116,8 +119,12 @@ class LinkedCore:
         return self._ask("model_config", name, version)
 
     def expect(self, name: str, version: str) -> None:
-        if not self._calls:
-            self._channel.send(fp.expect(name, version))
+        if self._calls:
+            return
+        direct = self.direct
+        if direct.busy() or direct.route(name, version) is not None:
+            return  # the core does not see direct requests: it has nothing to get ready
+        self._channel.send(fp.expect(name, version))
 
     def input_placer(self) -> FrontendPlacer:
         return self._placer
@@ -149,9 +156,11 @@ class LinkedCore:
         self._handles.clear()
 
     async def model_statistics(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        self.direct.flush_stats()
         return await self._ask_async("model_statistics", name, version)
 
     async def metrics_text(self) -> str:  # type: ignore[override]
+        self.direct.flush_stats()
         return await self._ask_async("metrics_text")
 
     async def trace_setting(self, model: str, changes: dict | None) -> dict[str, Any]:
@@ -436,6 +445,12 @@ class LinkedModel:
 
     async def infer(self, request: InferRequest, descs: tuple | None = None
                     ) -> InferResponse:
+        direct = self._core.direct
+        if request.output_shm is None and not request.timeout_us \
+                and all([t.shm is None for t in request.inputs]):
+            route = direct.route(self._name, self._version)
+            if route is not None:
+                return await direct.infer(route, request)
         return await self._core.infer(request)
 
     def stream_infer(self, request: InferRequest, descs: tuple | None = None

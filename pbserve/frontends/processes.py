@@ -26,6 +26,7 @@ from pbserve.core.api import InferenceCore
 from pbserve.frontends.calls import CoreCalls
 from pbserve.frontends.channel import CoreEnd
 from pbserve.frontends.link import FrontendLink
+from pbserve.frontends.slots import FrontendSlots
 from pbserve.server.endpoints import Endpoints
 
 log = logging.getLogger("pbserve.frontends")
@@ -84,8 +85,9 @@ class FrontendProcesses:
     def __init__(self, count: int, core: InferenceCore, endpoints: Endpoints,
                  argv: Sequence[str],
                  make_link: Callable[[str, CoreEnd, CoreCalls], FrontendLink],
-                 calls: CoreCalls) -> None:
+                 calls: CoreCalls, slots: FrontendSlots) -> None:
         self._count = count
+        self._slots = slots
         self._core = core
         self._argv = list(argv)
         self._make_link = make_link
@@ -101,6 +103,8 @@ class FrontendProcesses:
         self._restarts: set[asyncio.Task] = set()
         self.on_link: Callable[[FrontendLink | None, FrontendLink | None], None] = \
             lambda _old, _new: None  # the server's upkeep adds and drops links
+        # a dead process's slot: the stubs renew their queues to it (direct requests)
+        self.on_slot_gone: Callable[[int], None] = lambda _slot: None
 
     @property
     def processes(self) -> list[FrontendProcess]:
@@ -121,7 +125,7 @@ class FrontendProcesses:
         self.serving = True
 
     def _start(self, index: int) -> None:
-        channel = CoreEnd.create()
+        channel = CoreEnd.create(self._slots.bells[index])
         link = self._make_link(f"frontend-{index}", channel, self._calls)
         fds = list(channel.pass_fds())
         listen = []
@@ -167,6 +171,8 @@ class FrontendProcesses:
             return
         process.retired = True
         self.on_link(process.link, None)
+        if not self._stopping:
+            self.on_slot_gone(process.index)
         await process.link.close()
         process.channel.close()
 

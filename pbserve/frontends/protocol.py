@@ -47,6 +47,8 @@ CALL = 4
 REGIONS_GONE = 5
 STARTED = 6
 EXPECT = 7
+DIRECT_STATS = 8
+CANCEL_DIRECT = 9
 RESPONSE = 21
 INPUTS_DONE = 22
 REPLY = 23
@@ -93,6 +95,17 @@ def call(call_id: int, method: str, args: tuple) -> tuple:
 
 def expect(model: str, version: str) -> tuple:
     return (EXPECT, model, version)
+
+
+def direct_stats(entries: tuple) -> tuple:
+    """What this frontend's direct requests (direct.py) add to each model's statistics:
+    (model, version, batch size, requests, failures, success ns, failure ns, compute ns)."""
+    return (DIRECT_STATS, entries)
+
+
+def cancel_direct(model: str, version: str, instance: str, key: int) -> tuple:
+    """A direct request's client left (direct.py): the core tells its stub."""
+    return (CANCEL_DIRECT, model, version, instance, key)
 
 
 def started() -> tuple:

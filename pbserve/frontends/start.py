@@ -13,13 +13,15 @@ from pbserve.frontends.calls import CoreCalls
 from pbserve.frontends.channel import CoreEnd
 from pbserve.frontends.link import FrontendLink
 from pbserve.frontends.processes import FrontendProcesses
+from pbserve.frontends.slots import FrontendSlots
 from pbserve.server.endpoints import Endpoints
 
 
-async def start(count: int, core: InferenceCore, manager: ModelManager,
+async def start(slots: FrontendSlots, core: InferenceCore, manager: ModelManager,
                 endpoints: Endpoints, argv: Sequence[str]) -> FrontendProcesses:
-    """`count` frontend processes serving `core` (the manager's models, or a worker's
-    node) on the HTTP and gRPC sockets of `endpoints`; `argv`: the server's flags."""
+    """A frontend process in each of `slots`, serving `core` (the manager's models, or a
+    worker's node) on the HTTP and gRPC sockets of `endpoints`; `argv`: the server's
+    flags."""
     peers = manager.peers
 
     def in_core_blocks(response: InferResponse) -> InferResponse:
@@ -42,7 +44,9 @@ async def start(count: int, core: InferenceCore, manager: ModelManager,
     processes: FrontendProcesses | None = None
     calls = CoreCalls(SERVER_LOG.update,
                       serving=lambda: processes is not None and processes.serving)
-    processes = FrontendProcesses(count, core, endpoints, argv, make_link, calls)
+    processes = FrontendProcesses(len(slots.bells), core, endpoints, argv, make_link, calls,
+                                  slots)
     processes.on_link = on_link
+    processes.on_slot_gone = manager.frontend_gone
     await processes.start()
     return processes

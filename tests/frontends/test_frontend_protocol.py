@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "pbserve" / "frontends"
-SIDES = {"link.py": "core", "linked_core.py": "frontend"}
+SIDES = {"link.py": "core", "linked_core.py": "frontend", "direct.py": "frontend"}
 
 
 def _kinds_and_lengths() -> tuple[dict[str, int], dict[str, str]]:
@@ -35,7 +35,12 @@ def _kinds_and_lengths() -> tuple[dict[str, int], dict[str, str]]:
 
 
 def _sides() -> dict[str, ast.Module]:
-    return {side: ast.parse((ROOT / name).read_text()) for name, side in SIDES.items()}
+    """Each side's files, as one module."""
+    sides: dict[str, ast.Module] = {}
+    for name, side in SIDES.items():
+        module = sides.setdefault(side, ast.Module(body=[], type_ignores=[]))
+        module.body += ast.parse((ROOT / name).read_text()).body
+    return sides
 
 
 def _handlers(tree: ast.Module) -> dict[str, str]:

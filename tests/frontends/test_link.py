@@ -20,6 +20,7 @@ from pbserve.frontends.calls import CoreCalls
 from pbserve.frontends.channel import CoreEnd, FrontendEnd
 from pbserve.frontends.link import FrontendLink
 from pbserve.frontends.linked_core import LinkedCore
+from shm.doorbell import Doorbell
 from shm import Pool
 from shm.pool import RegionMap
 
@@ -92,7 +93,7 @@ class FakeCore:
 async def linked():
     """(the fake core, its link, the frontend's LinkedCore, the frontend's pool)."""
     core = FakeCore()
-    channel = CoreEnd.create()
+    channel = CoreEnd.create(Doorbell())  # its fd goes with the test process
     link = FrontendLink("f0", channel, core, RegionMap(), None, CoreCalls(lambda _: None))
     core_loop = asyncio.new_event_loop()
     started = threading.Event()

@@ -20,6 +20,7 @@ from pbserve.core.instances.outputs import StubOutputs
 from pbserve.core.memory.shm_upkeep import ShmUpkeep
 from pbserve.core.stub_calls.dispatch import StubCalls
 from pbserve.core.instances.stub_launch import StubLauncher
+from pbserve.core.instances.stub_process import StubProcess
 from pbserve.core.latency.hop import REPLY_WATCH_NS, Hop, RunningInstances
 from pbserve.core.instances.supervisor import InstanceSpec, InstanceState, StubSupervisor
 from pbserve.core.observability.log_escape import escaped
@@ -127,6 +128,11 @@ class ModelInstance:
     @property
     def restarts(self) -> int:
         return self._supervisor.restarts
+
+    @property
+    def stub(self) -> StubProcess | None:
+        """The stub process while one runs."""
+        return self._supervisor.stub
 
     @property
     def pid(self) -> int | None:
@@ -356,6 +362,20 @@ class ModelInstance:
         """Tell the stub: `request.is_cancelled()` becomes true for this request."""
         stub = self._supervisor.stub
         if key in self._inflight and stub is not None and stub.alive():
+            stub.send_control(p.cancel(key))
+            self._calls.cancel_on_behalf(self, key)
+
+    def frontend_gone(self, slot: int) -> None:
+        """Frontend process `slot` died: its stub gets new queues for the next one."""
+        stub = self._supervisor.stub
+        if stub is not None and stub.alive() and slot < len(stub.frontend_queues):
+            stub.renew_frontend_queues(slot)
+
+    def cancel_direct(self, key: int) -> None:
+        """`cancel` for a request a frontend process sent the stub itself
+        (frontends/direct.py): the parent never had it in flight."""
+        stub = self._supervisor.stub
+        if stub is not None and stub.alive():
             stub.send_control(p.cancel(key))
             self._calls.cancel_on_behalf(self, key)
 

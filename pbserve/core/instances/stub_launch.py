@@ -41,14 +41,20 @@ Stdio = Optional[Tuple[int, int]]
 
 
 class StubLauncher(Protocol):
+    frontend_bells: tuple[int, ...]
+    """The server's frontend processes' doorbells (frontends/slots.py), which every stub
+    gets (`frontend_bells` of `launch`): () without frontend processes."""
+
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = ()
-                     ) -> LaunchedStub:
+                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = (),
+                     frontend_bells: tuple[int, ...] = ()) -> LaunchedStub:
         """Start `python -m stub ARGS --parent-pid P --doorbell-fd FD` with `env` (the
         launcher adds the last two: P is the stub's parent, FD its doorbell's number in
         the stub), its stdout and stderr `stdio` (the caller closes its copies after);
         an OSError or ServerError if it cannot. `preload`: the frameworks the stub will
-        import (its backend's), which a launcher may have imported already."""
+        import (its backend's), which a launcher may have imported already.
+        `frontend_bells`: the frontend processes' doorbells, passed on too
+        (`--frontend-bell-fds`)."""
 
     async def close(self) -> None:
         """The server stops: let go of what the launcher holds (its stubs are gone)."""
@@ -58,10 +64,13 @@ class PlainLauncher:
     """`subprocess.Popen` from the server's event-loop thread (PR_SET_PDEATHSIG names
     that thread: it lives as long as the server)."""
 
+    frontend_bells: tuple[int, ...] = ()
+
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = ()
-                     ) -> LaunchedStub:
-        return PlainStub(asyncio.get_running_loop(), python, args, env, doorbell_fd, stdio)
+                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = (),
+                     frontend_bells: tuple[int, ...] = ()) -> LaunchedStub:
+        return PlainStub(asyncio.get_running_loop(), python, args, env, doorbell_fd, stdio,
+                         frontend_bells)
 
     async def close(self) -> None:
         pass
@@ -71,14 +80,17 @@ class PlainStub:
     """A stub that is the server's child; a thread waits for its end."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, python: str, args: list[str],
-                 env: dict[str, str], doorbell_fd: int, stdio: Stdio) -> None:
+                 env: dict[str, str], doorbell_fd: int, stdio: Stdio,
+                 frontend_bells: tuple[int, ...] = ()) -> None:
         self._loop = loop
+        if frontend_bells:
+            args = [*args, "--frontend-bell-fds", ",".join(str(fd) for fd in frontend_bells)]
         self._callback: Callable[[int], None] | None = None
         self.returncode: int | None = None
         self.proc = subprocess.Popen(
             [python, "-m", "stub", *args, "--parent-pid", str(os.getpid()),
              "--doorbell-fd", str(doorbell_fd)],
-            env=env, pass_fds=(doorbell_fd,),
+            env=env, pass_fds=(doorbell_fd, *frontend_bells),
             **({} if stdio is None else  # None: the terminal's, as the server's
                {"stdin": subprocess.DEVNULL, "stdout": stdio[0], "stderr": stdio[1]}))
         self.pid = self.proc.pid

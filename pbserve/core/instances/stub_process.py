@@ -22,6 +22,8 @@ import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
+import posix_ipc
+
 from pbserve.core.latency.queue_watch import QueueWatch
 from pbserve.private_dir import UntrustedDirectory, check_private
 from pbserve.core.instances.stub_launch import LaunchedStub, StubLauncher
@@ -32,9 +34,11 @@ from shm.names import new_prefix, unlink_prefix
 from shm.pool import ShmSizes
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
-from stub.stub import queue_names
+from stub.inbox import bell_name
+from stub.stub import frontend_queue_names, queue_names
 
 log = logging.getLogger("pbserve.core")
+FRONTEND_QUEUE_CAPACITY = 256 << 10  # a frontend's requests to one stub, its answers
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # What a stub imports of pbserve: the stub and what the model sees, nothing else.
 _STUB_MODULES = ("stub", "shm", "backend_utils", "triton_python_backend_utils.py",
@@ -95,7 +99,8 @@ class StubProcess:
 
     def __init__(self, instance_name: str, loop: asyncio.AbstractEventLoop,
                  on_messages: Callable[[list[tuple]], None],
-                 on_exit: Callable[[int], None], queue_capacity: int = 1 << 20) -> None:
+                 on_exit: Callable[[int], None], queue_capacity: int = 1 << 20,
+                 frontend_slots: int = 0) -> None:
         self.instance_name = instance_name
         self.prefix = new_prefix()
         self._loop = loop
@@ -106,17 +111,31 @@ class StubProcess:
                                  lambda: not self._closing)
         self.process: LaunchedStub | None = None
         queues: list[MessageQueue] = []
+        self._bell: posix_ipc.Semaphore | None = None
+        self.frontend_queues: list[tuple[str, str]] = []  # each frontend slot's two
         try:  # what a failed start made (no fds left) is removed here
             for name in queue_names(self.prefix):
                 queues.append(MessageQueue.create(name, queue_capacity))
+            if frontend_slots:  # else the stub waits on its main queue itself
+                self._bell = posix_ipc.Semaphore(bell_name(self.prefix), posix_ipc.O_CREX,
+                                                 0o600, 0)
+            for slot in range(frontend_slots):
+                names = frontend_queue_names(self.prefix, slot)
+                for name in names:
+                    queues.append(MessageQueue.create(name, FRONTEND_QUEUE_CAPACITY))
+                self.frontend_queues.append(names)
             self._doorbell = Doorbell()
         except BaseException:
             for queue in queues:
                 queue.unlink()
                 queue.close()
+            self._unlink_bell()
             unlink_prefix(self.prefix)
             raise
-        self.main_q, self.control_q, self.up_q = queues
+        self.main_q, self.control_q, self.up_q = queues[:3]
+        self.bell_name = bell_name(self.prefix)
+        self._frontend_qs = queues[3:]  # closed with the others; a frontend attaches
+        self._generations = [0] * frontend_slots
 
     @classmethod
     async def start(cls, instance_name: str, loop: asyncio.AbstractEventLoop,
@@ -131,7 +150,8 @@ class StubProcess:
         --debug-terminal the stub gets the server's terminal, else its stdout and stderr
         are pipes whose lines go to the log (stub_stdio.py). `preload`: the frameworks
         its model's backend imports (launch's)."""
-        self = cls(instance_name, loop, on_messages, on_exit, queue_capacity)
+        bells = launcher.frontend_bells
+        self = cls(instance_name, loop, on_messages, on_exit, queue_capacity, len(bells))
         reads: list[int] = []  # stdout's and stderr's pipes, unless on the terminal
         writes: list[int] = []
         try:
@@ -148,7 +168,7 @@ class StubProcess:
                  "--cuda-memory-pool-byte-size",
                  ",".join(f"{gpu}:{size}" for gpu, size in sizes.cuda), *debug_args],
                 stub_environment(), self._doorbell.fd,
-                (writes[0], writes[1]) if writes else None, preload)
+                (writes[0], writes[1]) if writes else None, preload, bells)
         except BaseException:
             for fd in reads:
                 os.close(fd)
@@ -167,7 +187,18 @@ class StubProcess:
 
     # -- sending ----------------------------------------------------------------------
     def send(self, message: tuple) -> None:
-        self.main_q.put(p.encode(message))
+        if self.main_q.put(p.encode(message)):
+            self._ring()
+
+    def _ring(self) -> None:
+        """After a put that found the main queue empty: the stub may sleep on its bell
+        (stub/inbox.py)."""
+        bell = self._bell
+        if bell is not None:
+            try:
+                bell.release()
+            except posix_ipc.ExistentialError:
+                pass
 
     def offer(self, message: tuple) -> bool:
         """`message` on the main queue only if nothing waits there (so a stub that does
@@ -176,7 +207,8 @@ class StubProcess:
         if self.main_q.pending():
             return False
         try:
-            self.main_q.put(p.encode(message), timeout=0)
+            if self.main_q.put(p.encode(message), timeout=0):
+                self._ring()
         except QueueFull:
             return False
         return True
@@ -186,8 +218,23 @@ class StubProcess:
         (stub/stub.py `_expect_request`) while this process still prepares it. Not
         while a message waits unread: a stub that does not read (stopped, hung) gets
         one announcement, not a queue full of them."""
-        if not self.main_q.pending():
-            self.main_q.wake()
+        if not self.main_q.pending() and self.main_q.wake():
+            self._ring()
+
+    def renew_frontend_queues(self, slot: int) -> None:
+        """Frontend process `slot` died and starts again: new queues between it and this
+        stub (the dead one's are in a state only it knew), told to the stub before the
+        new process can ask for them (the stub frees what the dead one held)."""
+        generation = self._generations[slot] = self._generations[slot] + 1
+        names = frontend_queue_names(self.prefix, slot, generation)
+        fresh = [MessageQueue.create(name, FRONTEND_QUEUE_CAPACITY) for name in names]
+        old = self._frontend_qs[2 * slot:2 * slot + 2]
+        self._frontend_qs[2 * slot:2 * slot + 2] = fresh
+        self.frontend_queues[slot] = names
+        self.send(p.frontend_queues(slot, *names))
+        for queue in old:  # the stub has them mapped until it attaches the new ones
+            queue.unlink()
+            queue.close()
 
     def send_control(self, message: tuple) -> None:
         self.control_q.put(p.encode(message))
@@ -258,7 +305,17 @@ class StubProcess:
 
     def _close_shm(self) -> None:
         self._doorbell.close()
-        for queue in (self.main_q, self.control_q, self.up_q):
+        for queue in (self.main_q, self.control_q, self.up_q, *self._frontend_qs):
             queue.unlink()
             queue.close()
+        self._unlink_bell()
         unlink_prefix(self.prefix)
+
+    def _unlink_bell(self) -> None:
+        bell, self._bell = self._bell, None
+        if bell is not None:
+            bell.close()
+            try:
+                posix_ipc.unlink_semaphore(bell.name)
+            except posix_ipc.ExistentialError:
+                pass

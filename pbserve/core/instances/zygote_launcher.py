@@ -43,6 +43,8 @@ class ZygoteLauncher:
     """Zygotes by (interpreter, environment, frameworks preloaded); the plain start where
     one cannot run."""
 
+    frontend_bells: tuple[int, ...] = ()
+
     def __init__(self) -> None:
         self._zygotes: dict[tuple, Zygote] = {}
         self._plain = PlainLauncher()
@@ -64,15 +66,18 @@ class ZygoteLauncher:
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
                      doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = (),
-                     retried: bool = False) -> LaunchedStub:
+                     frontend_bells: tuple[int, ...] = (), retried: bool = False
+                     ) -> LaunchedStub:
         key = (python, tuple(sorted(env.items())), preload)
         if stdio is None:  # a zygote's child cannot have the server's terminal
             name = args[args.index("--name") + 1] if "--name" in args else "?"
             log.info("instance %s has the server's terminal (--model-debug): its stub is "
                      "started the plain way, not forked by the stub zygote", name)
-            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio,
+                                            frontend_bells=frontend_bells)
         if key in self._unusable:
-            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio,
+                                            frontend_bells=frontend_bells)
         # As the plain start: an interpreter that is gone fails the launch, and one that
         # was replaced runs the stub (a new zygote), not the one still in memory.
         interpreter = _identity(os.stat(python))
@@ -95,15 +100,16 @@ class ZygoteLauncher:
             log.warning("the stub zygote of %s%s could not start (%s): its stubs start "
                         "the plain way", python,
                         f" with {', '.join(preload)}" if preload else "", err)
-            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio,
+                                            frontend_bells=frontend_bells)
         try:
-            return await zygote.launch(args, doorbell_fd, stdio)
+            return await zygote.launch(args, doorbell_fd, stdio, frontend_bells)
         except ConnectionError:
             if not zygote.dead or retried:
                 raise
         # the zygote ended under this launch (killed): once more, with a new one
         return await self.launch(python, args, env, doorbell_fd, stdio, preload,
-                                 retried=True)
+                                 frontend_bells, retried=True)
 
     async def close(self) -> None:
         zygotes, self._zygotes = [*self._zygotes.values(), *self._retired], {}
@@ -170,7 +176,8 @@ class Zygote:
             raise ZygoteUnavailable(f"no answer within {READY_TIMEOUT_S:.0f} s") from None
 
     async def launch(self, args: list[str], doorbell_fd: int,
-                     stdio: tuple[int, int]) -> LaunchedStub:
+                     stdio: tuple[int, int], frontend_bells: tuple[int, ...] = ()
+                     ) -> LaunchedStub:
         """Fork a stub; the doorbell and its stdout and stderr go to the zygote with
         SCM_RIGHTS, in that order."""
         if self.dead:
@@ -178,9 +185,10 @@ class Zygote:
         launch_id = next(self._ids)
         started = self._pending[launch_id] = self._loop.create_future()
         message = json.dumps({"id": launch_id, "argv": [*args, "--parent-pid",
-                                                        str(self.pid)]}).encode()
+                                                        str(self.pid)],
+                              "frontend_bells": len(frontend_bells)}).encode()
         try:  # a few hundred bytes: a full socket buffer would be a stuck zygote
-            socket.send_fds(self._sock, [message], [doorbell_fd, *stdio])
+            socket.send_fds(self._sock, [message], [doorbell_fd, *stdio, *frontend_bells])
         except OSError:
             self._pending.pop(launch_id, None)
             raise

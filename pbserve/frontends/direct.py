@@ -1,0 +1,320 @@
+"""A frontend process sending a model's requests to the model's stubs itself, and reading
+their answers itself: the core out of the data path (docs/frontend_processes.md).
+
+The core says which models qualify and where their stubs' queues are (`direct_route`,
+Model.direct_route), kept ROUTE_TTL_S. A request is validated here as the core would
+(the model's config), its inputs placed in this process's pool, and an EXECUTE of one
+request put on the queue of the instance with the fewest of this frontend's requests
+outstanding; the stub's bell posted when that queue was empty (stub/inbox.py). The stub
+answers on this frontend's answer queue and rings this frontend's doorbell (its slot's,
+the one the core rings: frontends/slots.py); `drain` reads every stub's answers then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import posix_ipc
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pbserve.core.types import InferRequest, InferResponse, TensorData
+from pbserve.core.validation import RequestValidator
+from pbserve.errors import ErrorCode, ServerError, unavailable
+from pbserve.frontends import protocol as fp
+from pbserve.frontends.placer import PlacedInFrontend
+from shm import Block, Pool, ShmExhausted
+from shm.pool import RegionMap
+from shm.queue import MessageQueue, QueueFull
+from stub import protocol as p
+
+log = logging.getLogger("pbserve.frontends")
+ROUTE_TTL_S = 1.0
+RELEASE_DELAY_S = 0.005  # outputs written wait this long for a request to ride on
+STATS_INTERVAL_S = 0.1  # what direct requests add to statistics goes to the core so often
+
+
+class DirectStub:
+    """One stub, as this frontend reaches it; `pidfd` becomes readable when it ends."""
+
+    def __init__(self, requests: str, answers: str, bell: str, pid: int,
+                 instance: str) -> None:
+        self.pidfd = os.pidfd_open(pid)  # first: a stub gone already fails the route
+        self.requests = MessageQueue.attach(requests)
+        self.answers = MessageQueue.attach(answers)
+        self.bell = posix_ipc.Semaphore(bell)
+        self.instance = instance
+        self.outstanding = 0  # this frontend's requests it has not answered
+        self.frees: list[tuple[str, int]] = []  # its output blocks written, to give back
+
+    def send(self, message: tuple) -> None:
+        if self.requests.put(p.encode(message), timeout=0):
+            self.bell.release()
+
+    def close(self) -> None:
+        os.close(self.pidfd)
+        self.requests.close()
+        self.answers.close()
+        self.bell.close()
+
+
+class DirectRoute:
+    """A model whose requests go to its stubs directly."""
+
+    def __init__(self, version: str, cfg: bytes, stubs: list[DirectStub]) -> None:
+        config = mc.ModelConfig.FromString(cfg)
+        self.version = version
+        self.validator = RequestValidator(config)
+        self.output_names = tuple(o.name for o in config.output)
+        self.stubs = stubs
+
+
+class _Waiting:
+    __slots__ = ("future", "blocks", "stub", "model", "version", "request_id", "size",
+                 "arrived_ns", "sent_ns")
+
+    def __init__(self, future: asyncio.Future, blocks: list[Block], stub: DirectStub,
+                 model: str, version: str, request_id: str) -> None:
+        self.future = future
+        self.blocks = blocks
+        self.stub = stub
+        self.model, self.version, self.request_id = model, version, request_id
+        self.size = 1  # its batch size (1 for a model that does not batch)
+        self.arrived_ns = self.sent_ns = 0
+
+
+class DirectPath:
+    """This frontend's routes, the stubs it reaches, and its requests in flight to them.
+    `ask(method, *args)`: a call to the core (LinkedCore._ask)."""
+
+    def __init__(self, slot: int, pool: Pool, regions: RegionMap,
+                 ask: Callable[..., Any], tell: Callable[[tuple], None]) -> None:
+        self._slot = slot
+        self._tell = tell
+        # (model, version, batch size) -> fp.direct_stats' figures not told yet
+        self._stats: dict[tuple[str, str, int], list[int]] = {}
+        self._stats_scheduled = False
+        self._pool = pool
+        self._regions = regions
+        self._ask = ask
+        self._routes: dict[tuple[str, str], tuple[float, DirectRoute | None]] = {}
+        self._stubs: dict[tuple[str, str, str], DirectStub] = {}
+        self._keys = itertools.count((slot + 1) << 40)  # the core's count from 1
+        self._waiting: dict[int, _Waiting] = {}
+        self._flush_scheduled = False
+
+    def route(self, name: str, version: str) -> DirectRoute | None:
+        key = (name, version)
+        kept = self._routes.get(key)
+        now = time.monotonic()
+        if kept is None or kept[0] < now:
+            answer = self._ask("direct_route", name, version, self._slot)
+            route = None
+            if answer is not None:
+                model_version, cfg, stubs = answer
+                try:
+                    route = DirectRoute(model_version, cfg,
+                                        [self._stub(tuple(s)) for s in stubs])
+                except OSError:  # a stub ended meanwhile (its names are gone)
+                    route = None
+            kept = self._routes[key] = (now + ROUTE_TTL_S, route)
+        return kept[1]
+
+    def busy(self) -> bool:
+        """Whether a direct request is in flight."""
+        return bool(self._waiting)
+
+    def _stub(self, names: tuple) -> DirectStub:
+        stub = self._stubs.get(names)
+        if stub is None:
+            stub = self._stubs[names] = DirectStub(*names)
+            asyncio.get_running_loop().add_reader(stub.pidfd, self._stub_ended, names)
+        return stub
+
+    def _stub_ended(self, names: tuple) -> None:
+        """A stub ended (it died, or its model was unloaded): what waits for it fails, as
+        the core fails what a dead stub held, and no route names it any more."""
+        stub = self._stubs.pop(names)
+        asyncio.get_running_loop().remove_reader(stub.pidfd)
+        self._routes.clear()
+        for key, waiting in list(self._waiting.items()):
+            if waiting.stub is stub:
+                del self._waiting[key]
+                self._free(waiting.blocks)
+                error = ServerError(ErrorCode.INTERNAL, (
+                    f"Stub process '{stub.instance}' is not healthy: it exited while model "
+                    f"'{waiting.model}' was running"))
+                if not waiting.future.done():
+                    waiting.future.set_result(InferResponse(
+                        waiting.model, waiting.version, waiting.request_id, error=error))
+                self._count(waiting, True)
+        stub.close()
+
+    async def infer(self, route: DirectRoute, request: InferRequest) -> InferResponse:
+        arrived_ns = time.monotonic_ns()
+        batch = route.validator.validate(request)
+        blocks: list[Block] = []
+        descs = []
+        pool = self._pool
+        try:
+            for tensor in request.inputs:
+                placed = tensor.placed
+                if isinstance(placed, PlacedInFrontend) and not placed.taken:
+                    placed.taken = True
+                    block = placed.block
+                else:
+                    data = memoryview(tensor.data)
+                    if data.format != "B" or data.ndim != 1:
+                        data = data.cast("B")
+                    block = pool.store(data)
+                blocks.append(block)
+                descs.append((tensor.name, tensor.datatype,
+                              route.validator.model_shape(tensor, batch), block.region,
+                              block.offset, block.nbytes))
+        except ShmExhausted as err:
+            self._free(blocks)
+            raise unavailable(f"no room in shared memory for the request's inputs: {err}"
+                              ) from None
+        except BaseException:
+            self._free(blocks)
+            raise
+        key = next(self._keys)
+        msg = p.request_msg(
+            key=key, request_id=request.id, correlation_id=request.correlation_id,
+            flags=request.flags,
+            parameters_json=json.dumps(request.parameters) if request.parameters else "{}",
+            timeout_us=request.timeout_us,
+            requested=tuple(request.requested_outputs or route.output_names),
+            inputs=tuple(descs), lendable=False, output_shm=None)
+        stub = min(route.stubs, key=lambda s: s.outstanding)
+        frees, stub.frees = tuple(stub.frees), []
+        try:
+            stub.send(p.execute(key, (msg,), frees))
+        except QueueFull:
+            stub.frees.extend(frees)
+            self._free(blocks)
+            raise unavailable("the model's instance has too many requests waiting") from None
+        future = asyncio.get_running_loop().create_future()
+        waiting = self._waiting[key] = _Waiting(future, blocks, stub, request.model_name,
+                                                route.version, request.id)
+        waiting.arrived_ns, waiting.sent_ns = arrived_ns, time.monotonic_ns()
+        waiting.size = batch or 1
+        stub.outstanding += 1
+        try:
+            return await future
+        except asyncio.CancelledError:  # the client left: the model is told (the core
+            # passes it on: its BLS calls too); the answer is released when it comes
+            if key in self._waiting:
+                self._tell(fp.cancel_direct(request.model_name, route.version,
+                                            stub.instance, key))
+            raise
+
+    # -- the stubs' answers ---------------------------------------------------------------
+    def drain(self) -> None:
+        """Every stub's answers to this frontend (on its doorbell)."""
+        for stub in self._stubs.values():
+            get = stub.answers.get
+            while (raw := get(0)) is not None:
+                self._on_answer(stub, p.decode(raw))
+
+    def _on_answer(self, stub: DirectStub, message: tuple) -> None:
+        kind, batch_id, error, responses, _ = message  # RESPONSES or DROPPED
+        waiting = self._waiting.pop(batch_id, None)
+        if waiting is None:
+            return
+        stub.outstanding -= 1
+        self._free(waiting.blocks)  # `execute` has returned: no one reads them now
+        response = InferResponse(waiting.model, waiting.version, waiting.request_id)
+        if error is not None:
+            response.error = ServerError(ErrorCode.INTERNAL, error)
+        for _, msg in responses:
+            if msg is not None:
+                try:
+                    self._read(stub, msg, response)
+                except Exception as exc:  # noqa: BLE001 - its request fails, no other
+                    log.exception("an answer of model instance '%s' could not be read",
+                                  stub.instance)
+                    response.outputs = []
+                    response.error = ServerError(ErrorCode.INTERNAL, (
+                        f"the response of model instance '{stub.instance}' could not be "
+                        f"read: {exc}"))
+        if not waiting.future.done():
+            waiting.future.set_result(response)
+        else:
+            response.release()
+        # execute raised, or did not run (an error response of the model's succeeds)
+        self._count(waiting, error is not None or kind == p.DROPPED)
+
+    def _count(self, waiting: _Waiting, failed: bool) -> None:
+        now = time.monotonic_ns()
+        key = (waiting.model, waiting.version, waiting.size)
+        figures = self._stats.get(key)
+        if figures is None:
+            figures = self._stats[key] = [0, 0, 0, 0, 0]
+        figures[0] += 1
+        figures[1] += failed
+        figures[3 if failed else 2] += now - waiting.arrived_ns
+        figures[4] += now - waiting.sent_ns
+        if not self._stats_scheduled:
+            self._stats_scheduled = True
+            asyncio.get_running_loop().call_later(STATS_INTERVAL_S, self.flush_stats)
+
+    def flush_stats(self) -> None:
+        """Tell the core what direct requests added to statistics (also before this
+        frontend asks it for statistics: the core reads the channel in order)."""
+        self._stats_scheduled = False
+        if self._stats:
+            entries = tuple((*key, *figures) for key, figures in self._stats.items())
+            self._stats.clear()
+            self._tell(fp.direct_stats(entries))
+
+    def _read(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
+        error, outputs, params = msg
+        if error is not None:
+            self._give_back(stub, outputs)
+            response.error = ServerError(ErrorCode(error[0]), error[1])
+            return
+        view = self._regions.view
+        response.outputs = [TensorData(name, datatype, shape, view(region, offset, nbytes))
+                            for name, datatype, shape, region, offset, nbytes in outputs]
+        if params and params != "{}":
+            response.parameters = json.loads(params)
+        if outputs:
+            response._release = lambda: self._give_back(stub, outputs)
+
+    def _give_back(self, stub: DirectStub, outputs: tuple) -> None:
+        """Output blocks written: back to their stub with the next request, or by a
+        RELEASE of their own RELEASE_DELAY_S later."""
+        stub.frees.extend((d[3], d[4]) for d in outputs)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_later(RELEASE_DELAY_S, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for stub in self._stubs.values():
+            if stub.frees:
+                frees, stub.frees = tuple(stub.frees), []
+                try:
+                    stub.send(p.release(frees))
+                except QueueFull:
+                    stub.frees.extend(frees)
+
+    def _free(self, blocks: list[Block]) -> None:
+        for block in blocks:
+            self._pool.free(block.region, block.offset)
+
+    def close(self) -> None:
+        for stub in self._stubs.values():
+            try:
+                asyncio.get_running_loop().remove_reader(stub.pidfd)
+            except RuntimeError:  # no loop runs any more
+                pass
+            stub.close()
+        self._stubs.clear()

@@ -1,0 +1,163 @@
+"""Frontend processes send a default-scheduled model's requests to its stubs themselves
+(pbserve/frontends/direct.py), driven as a user would: a real server with
+`--frontend-processes 2`, real stubs, tritonclient and raw sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from pbserve.testing import running_server, stub_pids
+from polling import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+DOUBLE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
+            for r in requests]
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("direct")
+    repo = tmp / "repo"
+    for name in ("sleepy", "cancel_probe"):
+        shutil.copytree(ROOT / "tests/models" / name, repo / name)
+    shutil.copytree(ROOT / "models/examples/identity", repo / "identity")
+    (repo / "double" / "1").mkdir(parents=True)  # batched, without a batcher
+    (repo / "double" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    (repo / "double" / "1" / "model.py").write_text(DOUBLE)
+    with running_server(repo, log_path=tmp / "server.log",
+                        args=["--frontend-processes", "2", "--model-control-mode",
+                              "explicit", "--load-model", "*"]) as srv:
+        yield srv
+
+
+def _identity_inputs(x: np.ndarray) -> list:
+    tensor = httpclient.InferInput("INPUT_FP32", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return [tensor]
+
+
+def _sleepy(ms: int) -> list:
+    tensor = httpclient.InferInput("SLEEP_MS", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([ms], np.int32))
+    return [tensor]
+
+
+def _count(client, model: str) -> int:
+    (entry,) = client.get_inference_statistics(model)["model_stats"]
+    return int(entry["inference_count"])
+
+
+def test_requests_are_answered_while_the_core_process_is_stopped(server):
+    """The core is out of the data path: with the server's own process stopped
+    (SIGSTOP), a frontend that knows the model's stubs still has its requests answered;
+    what they add to the statistics reaches the core once it runs again."""
+    client = server.http_client()
+    x = np.arange(16, dtype=np.float32)
+    before = _count(client, "identity")
+    client.infer("identity", _identity_inputs(x))  # the frontend learns the route
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        for _ in range(5):  # within the route's second (frontends/direct.py ROUTE_TTL_S)
+            result = client.infer("identity", _identity_inputs(x))
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT_FP32"), x)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    wait_for(lambda: _count(client, "identity") == before + 6, "the statistics", 10)
+    (entry,) = client.get_inference_statistics("identity")["model_stats"]
+    assert int(entry["execution_count"]) >= 6
+    assert int(entry["inference_stats"]["success"]["count"]) >= 6
+
+
+def test_a_batched_requests_statistics_count_its_batch_size(server):
+    client = server.http_client()
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tensor = httpclient.InferInput("X", [3, 4], "FP32")
+    tensor.set_data_from_numpy(x)
+    np.testing.assert_array_equal(client.infer("double", [tensor]).as_numpy("Y"), x * 2)
+
+    def counted() -> bool:
+        (entry,) = client.get_inference_statistics("double")["model_stats"]
+        return int(entry["inference_count"]) == 3
+    wait_for(counted, "the statistics", 10)
+    (entry,) = client.get_inference_statistics("double")["model_stats"]
+    assert int(entry["execution_count"]) == 1
+    (batch,) = entry["batch_stats"]
+    assert int(batch["batch_size"]) == 3 and int(batch["compute_infer"]["count"]) == 1
+
+
+def test_bad_input_is_refused_by_the_frontend_in_tritons_words(server):
+    client = server.http_client()
+    tensor = httpclient.InferInput("INPUT_FP32", [16], "INT32")
+    tensor.set_data_from_numpy(np.arange(16, dtype=np.int32))
+    with pytest.raises(Exception, match="model 'identity' expects 'FP32'"):
+        client.infer("identity", [tensor])
+    result = client.infer("identity", _identity_inputs(np.ones(4, np.float32)))
+    assert result.as_numpy("OUTPUT_FP32").tolist() == [1, 1, 1, 1]
+
+
+def test_a_stub_killed_under_a_request_fails_it_and_its_successor_serves(server):
+    client = server.http_client(concurrency=2)
+    first = int(client.infer("sleepy", _sleepy(0)).as_numpy("PID")[0])
+    pending = client.async_infer("sleepy", _sleepy(5000))
+    time.sleep(0.5)  # the model sleeps now
+    os.kill(first, signal.SIGKILL)
+    with pytest.raises(Exception, match="is not healthy"):
+        pending.get_result()
+
+    def served_by_another() -> bool:
+        try:
+            return int(client.infer("sleepy", _sleepy(0)).as_numpy("PID")[0]) != first
+        except Exception:  # restarting
+            return False
+    wait_for(served_by_another, "a new stub", 30)
+    assert first not in stub_pids(server.pid)
+
+
+def test_a_client_that_leaves_cancels_the_request_in_the_model(server, tmp_path):
+    marker = tmp_path / "seen.json"
+    body = json.dumps({"inputs": [{"name": "MARKER", "datatype": "BYTES", "shape": [1],
+                                   "data": [str(marker)]}]}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+        sock.sendall(b"POST /v2/models/cancel_probe/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+        time.sleep(0.5)  # the model is running now
+    wait_for(lambda: marker.exists() and marker.read_text().endswith("}"),
+             "the model's answer", 15)  # written whole
+    assert json.loads(marker.read_text())["cancelled"] is True
+
+
+def test_an_unload_waits_for_a_direct_request_and_the_model_is_gone_after(server):
+    client = server.http_client()  # one connection: one frontend, which knows the route
+    client.infer("sleepy", _sleepy(0))
+    pending = client.async_infer("sleepy", _sleepy(1000))
+    time.sleep(0.3)  # it runs now
+    server.http_client().unload_model("sleepy")
+    assert pending.get_result().as_numpy("PID")[0] > 0
+    with pytest.raises(Exception, match="sleepy"):
+        client.infer("sleepy", _sleepy(0))
+    client.load_model("sleepy")
+    assert client.infer("sleepy", _sleepy(0)).as_numpy("PID")[0] > 0
