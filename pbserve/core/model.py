@@ -242,27 +242,10 @@ class Model:
                           instance.name))
         return self.version, cfg.SerializeToString(), tuple(stubs)
 
-    def add_direct_stats(self, size: int, requests: int, failures: int, success_ns: int,
-                         failure_ns: int, compute_ns: int) -> None:
-        """What requests of batch size `size` a frontend process sent to this model's
-        stubs itself added to its statistics (frontends/direct.py): each an execution of
-        its own; its compute is the stub's round trip, its queue time none (it waited in
-        the stub's queue, as a request queued ahead does, counted as compute)."""
-        stats = self.stats
-        succeeded = requests - failures
-        stats.success += succeeded
-        stats.success_us += success_ns // 1000
-        stats.inference_count += succeeded * size
-        stats.exec_count += requests
-        stats.request_us += (success_ns + failure_ns) // 1000
-        stats.compute_infer_us += compute_ns // 1000
-        if failures:
-            stats.failures[metrics.BACKEND] += failures
-            stats.failure_us += failure_ns // 1000
-        stats.last_inference_ms = int(time.time() * 1000)
-        figures = stats.batches.setdefault(size, [0, 0, 0, 0])
-        figures[0] += requests
-        figures[1] += compute_ns
+    def add_direct_stats(self, *figures: int) -> None:
+        """What requests a frontend process sent to this model's stubs itself added to
+        its statistics (ModelAccounting.direct_requests)."""
+        self._accounting.direct_requests(*figures)
 
     def cancel_direct(self, instance_name: str, key: int) -> None:
         """A frontend's direct request `key` on that instance was cancelled."""

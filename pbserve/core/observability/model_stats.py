@@ -101,6 +101,29 @@ class ModelAccounting:
             self._on_request_done()
 
 
+    def direct_requests(self, size: int, requests: int, failures: int, success_ns: int,
+                        failure_ns: int, compute_ns: int) -> None:
+        """Requests of batch size `size` a frontend process sent to the model's stubs
+        itself (pbserve/frontends/direct.py), as it adds them up: each an execution of
+        its own; its compute is the stub's round trip, its queue time none (it waited in
+        the stub's queue, as a request queued ahead does, counted as compute)."""
+        stats = self.stats
+        succeeded = requests - failures
+        stats.success += succeeded
+        stats.success_us += success_ns // 1000
+        stats.inference_count += succeeded * size
+        stats.exec_count += requests
+        stats.request_us += (success_ns + failure_ns) // 1000
+        stats.compute_infer_us += compute_ns // 1000
+        if failures:
+            stats.failures[BACKEND] += failures
+            stats.failure_us += failure_ns // 1000
+        stats.last_inference_ms = int(time.time() * 1000)
+        figures = stats.batches.setdefault(size, [0, 0, 0, 0])
+        figures[0] += requests
+        figures[1] += compute_ns
+
+
 def _failure_reason(pending: PendingRequest, error: ServerError) -> str:
     """Triton's reason label for a request that failed."""
     if pending.cancelled or error.code == ErrorCode.CANCELLED:
