@@ -28,8 +28,8 @@ from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.core.validation import RequestValidator
 from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
-from pbserve.frontends.placer import PlacedInFrontend
-from shm import Block, Pool, ShmExhausted
+from pbserve.frontends.placer import blocks_of
+from shm import Block, Pool
 from shm.pool import RegionMap
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
@@ -159,31 +159,10 @@ class DirectPath:
     async def infer(self, route: DirectRoute, request: InferRequest) -> InferResponse:
         arrived_ns = time.monotonic_ns()
         batch = route.validator.validate(request)
-        blocks: list[Block] = []
-        descs = []
-        pool = self._pool
-        try:
-            for tensor in request.inputs:
-                placed = tensor.placed
-                if isinstance(placed, PlacedInFrontend) and not placed.taken:
-                    placed.taken = True
-                    block = placed.block
-                else:
-                    data = memoryview(tensor.data)
-                    if data.format != "B" or data.ndim != 1:
-                        data = data.cast("B")
-                    block = pool.store(data)
-                blocks.append(block)
-                descs.append((tensor.name, tensor.datatype,
-                              route.validator.model_shape(tensor, batch), block.region,
-                              block.offset, block.nbytes))
-        except ShmExhausted as err:
-            self._free(blocks)
-            raise unavailable(f"no room in shared memory for the request's inputs: {err}"
-                              ) from None
-        except BaseException:
-            self._free(blocks)
-            raise
+        # (none is in a client region: such requests go through the core)
+        blocks = [b for b in blocks_of(request.inputs, self._pool) if b is not None]
+        descs = tuple((t.name, t.datatype, route.validator.model_shape(t, batch), b.region,
+                       b.offset, b.nbytes) for t, b in zip(request.inputs, blocks))
         key = next(self._keys)
         msg = p.request_msg(
             key=key, request_id=request.id, correlation_id=request.correlation_id,
@@ -191,7 +170,7 @@ class DirectPath:
             parameters_json=json.dumps(request.parameters) if request.parameters else "{}",
             timeout_us=request.timeout_us,
             requested=tuple(request.requested_outputs or route.output_names),
-            inputs=tuple(descs), lendable=False, output_shm=None)
+            inputs=descs, lendable=False, output_shm=None)
         stub = min(route.stubs, key=lambda s: s.outstanding)
         frees, stub.frees = tuple(stub.frees), []
         try:

@@ -29,8 +29,8 @@ from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
 from pbserve.frontends.direct import DirectPath
-from pbserve.frontends.placer import FrontendPlacer, PlacedInFrontend
-from shm import Block, Pool, ShmExhausted
+from pbserve.frontends.placer import FrontendPlacer, blocks_of
+from shm import Block, Pool
 from shm.pool import RegionMap
 
 ANSWER_TIMEOUT_S = 30.0  # a call the core does not answer within this fails
@@ -185,36 +185,19 @@ class LinkedCore:
     # -- inference ------------------------------------------------------------------------
     def send_request(self, request: InferRequest, stream: bool) -> tuple[int, _Call]:
         """The request on its way to the core: its id and where its answers go."""
-        blocks: list[Block] = []
+        placed = blocks_of(request.inputs, self._pool)
+        blocks = [block for block in placed if block is not None]
         inputs = []
-        pool = self._pool
-        try:
-            for tensor in request.inputs:
-                shape = tuple(tensor.shape)
-                if tensor.shm is not None:
-                    ref = tensor.shm
-                    inputs.append((tensor.name, tensor.datatype, shape, "", 0, 0,
-                                   (ref.region, ref.offset, ref.byte_size)))
-                    continue
-                placed = tensor.placed
-                if isinstance(placed, PlacedInFrontend) and not placed.taken:
-                    placed.taken = True
-                    block = placed.block
-                else:
-                    data = memoryview(tensor.data)
-                    if data.format != "B" or data.ndim != 1:
-                        data = data.cast("B")
-                    block = pool.store(data)
-                blocks.append(block)
+        for tensor, block in zip(request.inputs, placed):
+            shape = tuple(tensor.shape)
+            if block is None:  # in a client's region
+                ref = tensor.shm
+                assert ref is not None
+                inputs.append((tensor.name, tensor.datatype, shape, "", 0, 0,
+                               (ref.region, ref.offset, ref.byte_size)))
+            else:
                 inputs.append((tensor.name, tensor.datatype, shape, block.region,
                                block.offset, block.nbytes, None))
-        except ShmExhausted as err:
-            self._free(blocks)
-            raise unavailable(f"no room in shared memory for the request's inputs: {err}"
-                              ) from None
-        except BaseException:
-            self._free(blocks)
-            raise
         output_shm = tuple((name, ref.region, ref.offset, ref.byte_size)
                            for name, ref in request.output_shm.items()) \
             if request.output_shm else None

@@ -5,6 +5,8 @@ core passes their descriptors on to the stub). On the frontend's loop only."""
 from __future__ import annotations
 
 from pbserve.core.memory.shm_upkeep import shm_room
+from pbserve.core.types import TensorData
+from pbserve.errors import unavailable
 from shm import Block, Pool, ShmExhausted
 
 
@@ -42,3 +44,34 @@ class FrontendPlacer:
         if not placed.taken:
             placed.taken = True
             self._pool.free(placed.block.region, placed.block.offset)
+
+
+def block_of(tensor: TensorData, pool: Pool) -> Block:
+    """The block of `pool` that holds `tensor` for a request: the one a decoder gathered
+    it into, taken now, or a copy of its bytes (ShmExhausted if there is no room)."""
+    placed = tensor.placed
+    if isinstance(placed, PlacedInFrontend) and not placed.taken:
+        placed.taken = True
+        return placed.block
+    data = memoryview(tensor.data)
+    if data.format != "B" or data.ndim != 1:
+        data = data.cast("B")
+    return pool.store(data)
+
+
+def blocks_of(tensors: list[TensorData], pool: Pool) -> list[Block | None]:
+    """Each tensor's block (`block_of`), None for one in a client's region (`shm`). If
+    one cannot be had, those taken are given back, and no room is UNAVAILABLE."""
+    blocks: list[Block | None] = []
+    try:
+        for tensor in tensors:
+            blocks.append(None if tensor.shm is not None else block_of(tensor, pool))
+    except BaseException as err:
+        for block in blocks:
+            if block is not None:
+                pool.free(block.region, block.offset)
+        if isinstance(err, ShmExhausted):
+            raise unavailable(f"no room in shared memory for the request's inputs: {err}"
+                              ) from None
+        raise
+    return blocks
