@@ -250,11 +250,10 @@ class Stub:
         # Refused now (`finalizing`); the outputs the frontends were sent are read before
         # the stub ends and its regions with it (their RELEASEs say so).
         deadline = time.monotonic() + FRONTEND_READ_S
-        while True:
-            self._from_frontends()
-            if not self.frontends.reading() or time.monotonic() > deadline:
-                break
+        self._from_frontends()
+        while self.frontends.reading() and time.monotonic() < deadline:
             time.sleep(0.002)
+            self._from_frontends()
 
     def _from_frontends(self) -> None:
         """Handle what waits in the frontends' queues now."""

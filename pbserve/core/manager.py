@@ -155,9 +155,8 @@ class ModelManager:
             log.info("removed %d shared-memory entries left by dead processes", len(removed))
         for directory in sweep_dead_overrides():
             log.info("removed %s, model files a dead server was loaded from", directory)
-        if self.options.stub_zygote:
-            self._launcher = ZygoteLauncher()
-        self._launcher.frontend_bells = frontend_bells
+        self._launcher = ZygoteLauncher(frontend_bells) if self.options.stub_zygote \
+            else PlainLauncher(frontend_bells)
         sizes = self.config_sources.shm_sizes
         self._pool = Pool(new_prefix() + "-parent", sizes.default, sizes.growth)
         self._refs = BlockRefs(self._pool)

@@ -78,15 +78,15 @@ class FrontendProcess:
 
 
 class FrontendProcesses:
-    """`count` frontend processes serving `core` on `endpoints`' HTTP and gRPC sockets;
+    """A frontend process in each of `slots` serving `core` on `endpoints`' HTTP and gRPC
+    sockets;
     `argv`: the server's command line; `link_services`: what a link needs of the core
     beyond its InferenceCore (`make_link(name, channel)`)."""
 
-    def __init__(self, count: int, core: InferenceCore, endpoints: Endpoints,
+    def __init__(self, slots: FrontendSlots, core: InferenceCore, endpoints: Endpoints,
                  argv: Sequence[str],
                  make_link: Callable[[str, CoreEnd, CoreCalls], FrontendLink],
-                 calls: CoreCalls, slots: FrontendSlots) -> None:
-        self._count = count
+                 calls: CoreCalls) -> None:
         self._slots = slots
         self._core = core
         self._argv = list(argv)
@@ -114,7 +114,7 @@ class FrontendProcesses:
         """Start them all, and wait until each serves (STARTED_TIMEOUT_S at most, then
         the log says which did not): the server's readiness waits for every frontend, so
         that a client's first connections are spread over all of them."""
-        for index in range(self._count):
+        for index in range(len(self._slots.bells)):
             self._start(index)
         waits = {asyncio.ensure_future(p.link.started.wait()): p for p in self.processes}
         _, late = await asyncio.wait(waits, timeout=STARTED_TIMEOUT_S)

@@ -44,8 +44,7 @@ async def start(slots: FrontendSlots, core: InferenceCore, manager: ModelManager
     processes: FrontendProcesses | None = None
     calls = CoreCalls(SERVER_LOG.update,
                       serving=lambda: processes is not None and processes.serving)
-    processes = FrontendProcesses(len(slots.bells), core, endpoints, argv, make_link, calls,
-                                  slots)
+    processes = FrontendProcesses(slots, core, endpoints, argv, make_link, calls)
     processes.on_link = on_link
     processes.on_slot_gone = manager.frontend_gone
     await processes.start()

@@ -43,18 +43,16 @@ Stdio = Optional[Tuple[int, int]]
 class StubLauncher(Protocol):
     frontend_bells: tuple[int, ...]
     """The server's frontend processes' doorbells (frontends/slots.py), which every stub
-    gets (`frontend_bells` of `launch`): () without frontend processes."""
+    it starts gets (`--frontend-bell-fds`): () without frontend processes."""
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = (),
-                     frontend_bells: tuple[int, ...] = ()) -> LaunchedStub:
+                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = ()
+                     ) -> LaunchedStub:
         """Start `python -m stub ARGS --parent-pid P --doorbell-fd FD` with `env` (the
         launcher adds the last two: P is the stub's parent, FD its doorbell's number in
         the stub), its stdout and stderr `stdio` (the caller closes its copies after);
         an OSError or ServerError if it cannot. `preload`: the frameworks the stub will
-        import (its backend's), which a launcher may have imported already.
-        `frontend_bells`: the frontend processes' doorbells, passed on too
-        (`--frontend-bell-fds`)."""
+        import (its backend's), which a launcher may have imported already."""
 
     async def close(self) -> None:
         """The server stops: let go of what the launcher holds (its stubs are gone)."""
@@ -64,13 +62,14 @@ class PlainLauncher:
     """`subprocess.Popen` from the server's event-loop thread (PR_SET_PDEATHSIG names
     that thread: it lives as long as the server)."""
 
-    frontend_bells: tuple[int, ...] = ()
+    def __init__(self, frontend_bells: tuple[int, ...] = ()) -> None:
+        self.frontend_bells = frontend_bells
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
-                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = (),
-                     frontend_bells: tuple[int, ...] = ()) -> LaunchedStub:
+                     doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = ()
+                     ) -> LaunchedStub:
         return PlainStub(asyncio.get_running_loop(), python, args, env, doorbell_fd, stdio,
-                         frontend_bells)
+                         self.frontend_bells)
 
     async def close(self) -> None:
         pass

@@ -150,8 +150,8 @@ class StubProcess:
         --debug-terminal the stub gets the server's terminal, else its stdout and stderr
         are pipes whose lines go to the log (stub_stdio.py). `preload`: the frameworks
         its model's backend imports (launch's)."""
-        bells = launcher.frontend_bells
-        self = cls(instance_name, loop, on_messages, on_exit, queue_capacity, len(bells))
+        self = cls(instance_name, loop, on_messages, on_exit, queue_capacity,
+                   len(launcher.frontend_bells))
         reads: list[int] = []  # stdout's and stderr's pipes, unless on the terminal
         writes: list[int] = []
         try:
@@ -168,7 +168,7 @@ class StubProcess:
                  "--cuda-memory-pool-byte-size",
                  ",".join(f"{gpu}:{size}" for gpu, size in sizes.cuda), *debug_args],
                 stub_environment(), self._doorbell.fd,
-                (writes[0], writes[1]) if writes else None, preload, bells)
+                (writes[0], writes[1]) if writes else None, preload)
         except BaseException:
             for fd in reads:
                 os.close(fd)

@@ -41,13 +41,12 @@ CMDLINE_ROOM = " " * 1024
 
 class ZygoteLauncher:
     """Zygotes by (interpreter, environment, frameworks preloaded); the plain start where
-    one cannot run."""
+    one cannot run. `frontend_bells`: StubLauncher's."""
 
-    frontend_bells: tuple[int, ...] = ()
-
-    def __init__(self) -> None:
+    def __init__(self, frontend_bells: tuple[int, ...] = ()) -> None:
+        self.frontend_bells = frontend_bells
         self._zygotes: dict[tuple, Zygote] = {}
-        self._plain = PlainLauncher()
+        self._plain = PlainLauncher(frontend_bells)
         self._unusable: set[tuple] = set()
         self._retired: list[Zygote] = []
 
@@ -66,18 +65,15 @@ class ZygoteLauncher:
 
     async def launch(self, python: str, args: list[str], env: dict[str, str],
                      doorbell_fd: int, stdio: Stdio, preload: tuple[str, ...] = (),
-                     frontend_bells: tuple[int, ...] = (), retried: bool = False
-                     ) -> LaunchedStub:
+                     retried: bool = False) -> LaunchedStub:
         key = (python, tuple(sorted(env.items())), preload)
         if stdio is None:  # a zygote's child cannot have the server's terminal
             name = args[args.index("--name") + 1] if "--name" in args else "?"
             log.info("instance %s has the server's terminal (--model-debug): its stub is "
                      "started the plain way, not forked by the stub zygote", name)
-            return await self._plain.launch(python, args, env, doorbell_fd, stdio,
-                                            frontend_bells=frontend_bells)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
         if key in self._unusable:
-            return await self._plain.launch(python, args, env, doorbell_fd, stdio,
-                                            frontend_bells=frontend_bells)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
         # As the plain start: an interpreter that is gone fails the launch, and one that
         # was replaced runs the stub (a new zygote), not the one still in memory.
         interpreter = _identity(os.stat(python))
@@ -100,16 +96,15 @@ class ZygoteLauncher:
             log.warning("the stub zygote of %s%s could not start (%s): its stubs start "
                         "the plain way", python,
                         f" with {', '.join(preload)}" if preload else "", err)
-            return await self._plain.launch(python, args, env, doorbell_fd, stdio,
-                                            frontend_bells=frontend_bells)
+            return await self._plain.launch(python, args, env, doorbell_fd, stdio)
         try:
-            return await zygote.launch(args, doorbell_fd, stdio, frontend_bells)
+            return await zygote.launch(args, doorbell_fd, stdio, self.frontend_bells)
         except ConnectionError:
             if not zygote.dead or retried:
                 raise
         # the zygote ended under this launch (killed): once more, with a new one
         return await self.launch(python, args, env, doorbell_fd, stdio, preload,
-                                 frontend_bells, retried=True)
+                                 retried=True)
 
     async def close(self) -> None:
         zygotes, self._zygotes = [*self._zygotes.values(), *self._retired], {}
