@@ -28,6 +28,7 @@ from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.core.validation import RequestValidator
 from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
+from pbserve.frontends.owed import Owed
 from pbserve.frontends.placer import blocks_of
 from shm import Block, Pool
 from shm.pool import RegionMap
@@ -36,7 +37,6 @@ from stub import protocol as p
 
 log = logging.getLogger("pbserve.frontends")
 ROUTE_TTL_S = 1.0
-RELEASE_DELAY_S = 0.005  # outputs written wait this long for a request to ride on
 STATS_INTERVAL_S = 0.1  # what direct requests add to statistics goes to the core so often
 
 
@@ -51,13 +51,20 @@ class DirectStub:
         self.bell = posix_ipc.Semaphore(bell)
         self.instance = instance
         self.outstanding = 0  # this frontend's requests it has not answered
-        self.frees: list[tuple[str, int]] = []  # its output blocks written, to give back
+        self.frees = Owed(self._release)  # its output blocks written, to give back
+
+    def _release(self, frees: tuple) -> None:
+        try:
+            self.send(p.release(frees))
+        except QueueFull:
+            self.frees.restore(frees)
 
     def send(self, message: tuple) -> None:
         if self.requests.put(p.encode(message), timeout=0):
             self.bell.release()
 
     def close(self) -> None:
+        self.frees.drop()
         os.close(self.pidfd)
         self.requests.close()
         self.answers.close()
@@ -107,7 +114,6 @@ class DirectPath:
         self._stubs: dict[tuple[str, str, str], DirectStub] = {}
         self._keys = itertools.count((slot + 1) << 40)  # the core's count from 1
         self._waiting: dict[int, _Waiting] = {}
-        self._flush_scheduled = False
 
     def route(self, name: str, version: str) -> DirectRoute | None:
         key = (name, version)
@@ -172,11 +178,11 @@ class DirectPath:
             requested=tuple(request.requested_outputs or route.output_names),
             inputs=descs, lendable=False, output_shm=None)
         stub = min(route.stubs, key=lambda s: s.outstanding)
-        frees, stub.frees = tuple(stub.frees), []
+        frees = stub.frees.take()
         try:
             stub.send(p.execute(key, (msg,), frees))
         except QueueFull:
-            stub.frees.extend(frees)
+            stub.frees.restore(frees)
             self._free(blocks)
             raise unavailable("the model's instance has too many requests waiting") from None
         future = asyncio.get_running_loop().create_future()
@@ -256,7 +262,7 @@ class DirectPath:
     def _read(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
         error, outputs, params = msg
         if error is not None:
-            self._give_back(stub, outputs)
+            stub.frees.add((d[3], d[4]) for d in outputs)
             response.error = ServerError(ErrorCode(error[0]), error[1])
             return
         view = self._regions.view
@@ -265,25 +271,8 @@ class DirectPath:
         if params and params != "{}":
             response.parameters = json.loads(params)
         if outputs:
-            response._release = lambda: self._give_back(stub, outputs)
-
-    def _give_back(self, stub: DirectStub, outputs: tuple) -> None:
-        """Output blocks written: back to their stub with the next request, or by a
-        RELEASE of their own RELEASE_DELAY_S later."""
-        stub.frees.extend((d[3], d[4]) for d in outputs)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_later(RELEASE_DELAY_S, self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        for stub in self._stubs.values():
-            if stub.frees:
-                frees, stub.frees = tuple(stub.frees), []
-                try:
-                    stub.send(p.release(frees))
-                except QueueFull:
-                    stub.frees.extend(frees)
+            # written: back to the stub with the next request, or by a RELEASE (owed.py)
+            response._release = lambda: stub.frees.add((d[3], d[4]) for d in outputs)
 
     def _free(self, blocks: list[Block]) -> None:
         for block in blocks:

@@ -4,7 +4,7 @@ A request's inputs go into this process's own shm pool (a large body is gathered
 as it arrives: `input_placer`), and only their descriptors go to the core, which passes
 them on to the stub; the blocks are freed once the core says no process reads them. A
 response's outputs are viewed where they are (a stub's pool, the core's) and given back
-when the frontend has written them (with its next request, or RELEASE_DELAY_S later).
+when the frontend has written them (with its next request, or a RELEASE: owed.py).
 
 What the protocol has as plain methods (metadata, config, the index, a model's handle,
 client shm registration) is a call the loop waits for (`_ask`): the core answers from
@@ -29,6 +29,7 @@ from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
 from pbserve.frontends.direct import DirectPath
+from pbserve.frontends.owed import Owed
 from pbserve.frontends.placer import FrontendPlacer, blocks_of
 from shm import Block, Pool
 from shm.pool import RegionMap
@@ -36,7 +37,6 @@ from shm.pool import RegionMap
 ANSWER_TIMEOUT_S = 30.0  # a call the core does not answer within this fails
 HANDLE_TTL_S = 1.0
 TRIM_INTERVAL_S = 1.0
-RELEASE_DELAY_S = 0.005  # a response written waits this long for a request to ride on
 ANSWER_WATCH_NS = 1_000_000  # a lone request's answer is polled for this long
 
 
@@ -68,8 +68,8 @@ class LinkedCore:
         self._answers: dict[int, asyncio.Future] = {}
         self._sync_answers: dict[int, tuple] = {}
         self._sync_waits: set[int] = set()  # calls `_ask` waits for
-        self._releases: list[int] = []  # tokens of responses written, not yet told
-        self._release_timer = False
+        # tokens of responses written, not yet told (with the next request, or RELEASE)
+        self._releases = Owed(lambda tokens: self._channel.send(fp.release(tokens)))
         self._handles: dict[tuple[str, str], tuple[float, bool, bool]] = {}
         self._applying_core_log = False
         self._trim: asyncio.TimerHandle | None = None
@@ -208,7 +208,7 @@ class LinkedCore:
             if request.requested_outputs is not None else None
         params = json.dumps(request.parameters) if request.parameters else "{}"
         headers = tuple(request.trace_headers.items()) if request.trace_headers else None
-        releases, self._releases = tuple(self._releases), []
+        releases = self._releases.take()
         self._channel.send(fp.infer(
             rid, stream, request.model_name, request.model_version, request.id,
             tuple(inputs), requested, params, request.correlation_id, request.flags,
@@ -267,7 +267,7 @@ class LinkedCore:
         call = self._calls.get(rid)
         if call is None:  # its reader left: nothing to write
             if token:
-                self._release(token)
+                self._releases.add((token,))
             return
         if final:
             del self._calls[rid]
@@ -288,7 +288,7 @@ class LinkedCore:
         if params != "{}":
             response.parameters = json.loads(params)
         if token:
-            response._release = lambda: self._release(token)
+            response._release = lambda: self._releases.add((token,))
         if call.future is not None:
             if not call.future.done():
                 call.future.set_result(response)
@@ -305,20 +305,6 @@ class LinkedCore:
         if where == fp.OUT_INLINE:
             return TensorData(name, datatype, shape, a)
         return TensorData(name, datatype, shape, b"", ShmRef("", b[0], b[1], a))
-
-    def _release(self, token: int) -> None:
-        """Give a response back to the core: with the next request, or by a RELEASE of
-        their own RELEASE_DELAY_S later (as the core gives outputs back to a stub)."""
-        if not self._release_timer:
-            self._release_timer = True
-            asyncio.get_running_loop().call_later(RELEASE_DELAY_S, self._flush_releases)
-        self._releases.append(token)
-
-    def _flush_releases(self) -> None:
-        self._release_timer = False
-        tokens, self._releases = tuple(self._releases), []
-        if tokens:
-            self._channel.send(fp.release(tokens))
 
     def _on_inputs_done(self, message: tuple) -> None:
         _, rid = message
