@@ -36,7 +36,7 @@ from shm.doorbell import ring
 from shm.pool import Block, Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
-from stub.frontends import Frontends
+from stub.frontends import Frontends, origin_of_key
 from stub.inbox import PARENT, Inbox, bell_name
 from stub.protocol import REQ_KEY
 from stub.async_loop import AsyncLoopThread
@@ -218,8 +218,8 @@ class Stub:
         self._time_gap()
         _, batch_id, requests, frees = message
         if self._origin != PARENT:
-            if self.decoupled or not self.frontends.knows(self._origin):
-                return  # a frontend sends only what it may (not for a decoupled model)
+            if not self.frontends.knows(self._origin):
+                return  # not a frontend this stub was told of
             if self.finalizing:
                 self._refuse(batch_id, requests)
                 return
@@ -525,14 +525,14 @@ class Stub:
                                                     lambda exc: self._abort(built, exc))
                     if self.cancel_coroutines:
                         self.runtime.watch_coroutine(keys, future)
-                    self.send(p.batch_done(batch_id, None, ()))
+                    self._batch_done(batch_id, ())
                     return
                 returned = self.async_loop.submit(returned, lambda exc: None).result()
             responses = check_returned(returned, len(built), self.decoupled,
                                        self.instance_name)
             rescheduled = _rescheduled(built, responses)
             if self.decoupled:
-                self.send(p.batch_done(batch_id, None, rescheduled))
+                self._batch_done(batch_id, rescheduled)
                 return
             msgs = tuple([(req._key, None if resp is None else
                            response_msg(resp, req._requested_output_names, self.memory,
@@ -592,6 +592,23 @@ class Stub:
             self.log_error(f"frontend process {self._origin - 1} does not read its answers: "
                            f"one of model instance '{self.instance_name}' was dropped")
 
+    def _batch_done(self, batch_id: int, rescheduled: tuple) -> None:
+        """A decoupled model's `execute` returned. A frontend process is told only of
+        requests to send again (its requests end with their final responses)."""
+        if self._origin == PARENT or rescheduled:
+            self._answer(p.batch_done(batch_id, None, rescheduled))
+
+    def respond(self, key: int, message: tuple, outputs: tuple = ()) -> None:
+        """A decoupled model's response to request `key` (a SEND whose outputs are
+        `outputs`), from any thread: to the parent, or to the frontend process that sent
+        the request (its key says which: stub/frontends.py)."""
+        origin = origin_of_key(key)
+        if origin == PARENT:
+            self.send(message)
+        elif not self.frontends.answer(origin, message, outputs):
+            self.log_error(f"frontend process {origin - 1} does not read its answers: a "
+                           f"response of model instance '{self.instance_name}' was dropped")
+
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         # a RequestMsg (protocol.request_msg), read whole
         key, request_id, correlation_id, flags, params, timeout, requested, inputs, lendable, \
@@ -622,8 +639,8 @@ class Stub:
             with self._open_lock:
                 still_open = req._key in self._open
             if still_open:
-                self.send(p.send(req._key, p.response_record((int(code), message), (), "{}"),
-                                 TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+                self.respond(req._key, p.send(req._key, p.response_record(
+                    (int(code), message), (), "{}"), TRITONSERVER_RESPONSE_COMPLETE_FINAL))
                 self.request_closed(req._key)
 
     def on_sequence_terminated(self, correlation_id: int | str, reason: str) -> None:

@@ -41,6 +41,12 @@ class LoadedModel:
         if isinstance(model, Model):
             model.add_direct_stats(*figures)
 
+    def add_direct_responses(self, figures: dict) -> None:
+        """Model.add_direct_responses."""
+        model = self._model
+        if isinstance(model, Model):
+            model.add_direct_responses(figures)
+
     def cancel_direct(self, instance_name: str, key: int) -> None:
         """Model.cancel_direct."""
         model = self._model

@@ -225,10 +225,10 @@ class Model:
         itself (docs/frontend_processes.md): its version, its config (serialized, for
         validation), and each READY instance's queue names (to its stub, from it), its
         stub's bell, pid and instance name. None where requests must pass through the
-        core: a batcher, a decoupled model, the response cache, the rate limiter,
-        tracing, an instance not READY."""
+        core: a batcher, the response cache, the rate limiter, tracing, an instance not
+        READY."""
         cfg = self.cfg
-        if self.decoupled or cfg.HasField("dynamic_batching") \
+        if cfg.HasField("dynamic_batching") \
                 or cfg.HasField("sequence_batching") or self._cache is not None \
                 or TRACER.enabled or not self.instances:
             return None
@@ -246,6 +246,11 @@ class Model:
         """What requests a frontend process sent to this model's stubs itself added to
         its statistics (ModelAccounting.direct_requests)."""
         self._accounting.direct_requests(*figures)
+
+    def add_direct_responses(self, figures: dict) -> None:
+        """A decoupled model's response statistics of requests a frontend process sent to
+        its stubs itself (ResponseStats.figures)."""
+        self._accounting.direct_responses(figures)
 
     def cancel_direct(self, instance_name: str, key: int) -> None:
         """A frontend's direct request `key` on that instance was cancelled."""

@@ -18,12 +18,15 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import posix_ipc
 from tritonclient.grpc import model_config_pb2 as mc
 
+from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL as RESPONSE_FINAL
+from pbserve.core.observability.response_stats import (
+    CANCEL, EMPTY, FAIL, SUCCESS, ResponseStats)
 from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.core.validation import RequestValidator
 from pbserve.errors import ErrorCode, ServerError, unavailable
@@ -34,6 +37,7 @@ from shm import Block, Pool
 from shm.pool import RegionMap
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
+from stub.frontends import first_key
 
 log = logging.getLogger("pbserve.frontends")
 ROUTE_TTL_S = 1.0
@@ -79,21 +83,43 @@ class DirectRoute:
         self.version = version
         self.validator = RequestValidator(config)
         self.output_names = tuple(o.name for o in config.output)
+        self.decoupled = config.model_transaction_policy.decoupled
         self.stubs = stubs
 
 
 class _Waiting:
-    __slots__ = ("future", "blocks", "stub", "model", "version", "request_id", "size",
-                 "arrived_ns", "sent_ns")
+    """A direct request until its final answer: where its responses go (a future, or a
+    stream's queue), its input blocks, and what its statistics need."""
 
-    def __init__(self, future: asyncio.Future, blocks: list[Block], stub: DirectStub,
-                 model: str, version: str, request_id: str) -> None:
-        self.future = future
+    __slots__ = ("future", "queue", "blocks", "stub", "model", "version", "request_id",
+                 "size", "message", "arrived_ns", "sent_ns", "last_ns", "responses",
+                 "left")
+
+    def __init__(self, stream: bool, blocks: list[Block], stub: DirectStub, model: str,
+                 version: str, request_id: str, message: tuple) -> None:
+        loop = asyncio.get_running_loop()
+        self.future: asyncio.Future | None = None if stream else loop.create_future()
+        self.queue: asyncio.Queue | None = asyncio.Queue() if stream else None
         self.blocks = blocks
         self.stub = stub
         self.model, self.version, self.request_id = model, version, request_id
+        self.message = message  # its EXECUTE's RequestMsg (sent again if rescheduled)
         self.size = 1  # its batch size (1 for a model that does not batch)
-        self.arrived_ns = self.sent_ns = 0
+        self.arrived_ns = self.sent_ns = self.last_ns = 0
+        self.responses = 0  # a stream's responses so far
+        self.left = False  # its reader is gone (the client left)
+
+    def deliver(self, response: InferResponse) -> None:
+        """To its reader; given back at once if the reader is gone."""
+        if self.queue is not None:
+            if self.left:
+                response.release()
+            else:
+                self.queue.put_nowait(response)
+        elif not self.future.done():
+            self.future.set_result(response)
+        else:
+            response.release()
 
 
 class DirectPath:
@@ -106,14 +132,20 @@ class DirectPath:
         self._tell = tell
         # (model, version, batch size) -> fp.direct_stats' figures not told yet
         self._stats: dict[tuple[str, str, int], list[int]] = {}
+        # (model, version) -> a decoupled model's response statistics not told yet
+        self._response_stats: dict[tuple[str, str], ResponseStats] = {}
         self._stats_scheduled = False
         self._pool = pool
         self._regions = regions
         self._ask = ask
         self._routes: dict[tuple[str, str], tuple[float, DirectRoute | None]] = {}
         self._stubs: dict[tuple[str, str, str], DirectStub] = {}
-        self._keys = itertools.count((slot + 1) << 40)  # the core's count from 1
+        self._keys = itertools.count(first_key(slot))
         self._waiting: dict[int, _Waiting] = {}
+        self._answer_handlers = {
+            p.RESPONSES: self._on_responses, p.DROPPED: self._on_responses,
+            p.SEND: self._on_send, p.BATCH_DONE: self._on_batch_done,
+        }
 
     def route(self, name: str, version: str) -> DirectRoute | None:
         key = (name, version)
@@ -151,18 +183,25 @@ class DirectPath:
         self._routes.clear()
         for key, waiting in list(self._waiting.items()):
             if waiting.stub is stub:
-                del self._waiting[key]
-                self._free(waiting.blocks)
-                error = ServerError(ErrorCode.INTERNAL, (
+                self._fail(key, waiting, (
                     f"Stub process '{stub.instance}' is not healthy: it exited while model "
                     f"'{waiting.model}' was running"))
-                if not waiting.future.done():
-                    waiting.future.set_result(InferResponse(
-                        waiting.model, waiting.version, waiting.request_id, error=error))
-                self._count(waiting, True)
         stub.close()
 
-    async def infer(self, route: DirectRoute, request: InferRequest) -> InferResponse:
+    def _fail(self, key: int, waiting: _Waiting, error: str) -> None:
+        """Request `key` ends with an INTERNAL `error` (its stub ended, or its batch
+        failed)."""
+        del self._waiting[key]
+        waiting.stub.outstanding -= 1
+        self._free(waiting.blocks)
+        waiting.deliver(InferResponse(waiting.model, waiting.version, waiting.request_id,
+                                      error=ServerError(ErrorCode.INTERNAL, error)))
+        self._count(waiting, True)
+
+    def _send(self, route: DirectRoute, request: InferRequest, stream: bool) -> tuple[
+            int, _Waiting]:
+        """The request validated, placed and sent to the instance with the fewest of
+        this frontend's requests outstanding: its key, and where its answers go."""
         arrived_ns = time.monotonic_ns()
         batch = route.validator.validate(request)
         # (none is in a client region: such requests go through the core)
@@ -185,20 +224,49 @@ class DirectPath:
             stub.frees.restore(frees)
             self._free(blocks)
             raise unavailable("the model's instance has too many requests waiting") from None
-        future = asyncio.get_running_loop().create_future()
-        waiting = self._waiting[key] = _Waiting(future, blocks, stub, request.model_name,
-                                                route.version, request.id)
+        waiting = self._waiting[key] = _Waiting(stream, blocks, stub, request.model_name,
+                                                route.version, request.id, msg)
         waiting.arrived_ns, waiting.sent_ns = arrived_ns, time.monotonic_ns()
         waiting.size = batch or 1
         stub.outstanding += 1
+        return key, waiting
+
+    async def infer(self, route: DirectRoute, request: InferRequest) -> InferResponse:
+        key, waiting = self._send(route, request, stream=False)
+        assert waiting.future is not None
         try:
-            return await future
+            return await waiting.future
         except asyncio.CancelledError:  # the client left: the model is told (the core
             # passes it on: its BLS calls too); the answer is released when it comes
-            if key in self._waiting:
-                self._tell(fp.cancel_direct(request.model_name, route.version,
-                                            stub.instance, key))
+            self._leave(key, waiting)
             raise
+
+    async def stream_infer(self, route: DirectRoute, request: InferRequest
+                           ) -> AsyncIterator[InferResponse]:
+        """The request's responses, the final one last (a decoupled model's stream)."""
+        key, waiting = self._send(route, request, stream=True)
+        queue = waiting.queue
+        assert queue is not None
+        final = False
+        try:
+            while not final:
+                response = await queue.get()
+                final = response.final
+                yield response
+        finally:
+            if not final:
+                self._leave(key, waiting)
+
+    def _leave(self, key: int, waiting: _Waiting) -> None:
+        """The request's reader is gone: the model is told (through the core, which
+        cancels its BLS calls too); what came and was not read, and what comes, is
+        given back."""
+        waiting.left = True
+        if key in self._waiting:
+            self._tell(fp.cancel_direct(waiting.model, waiting.version,
+                                        waiting.stub.instance, key))
+        while waiting.queue is not None and not waiting.queue.empty():
+            waiting.queue.get_nowait().release()
 
     # -- the stubs' answers ---------------------------------------------------------------
     def drain(self) -> None:
@@ -209,7 +277,12 @@ class DirectPath:
                 self._on_answer(stub, p.decode(raw))
 
     def _on_answer(self, stub: DirectStub, message: tuple) -> None:
-        kind, batch_id, error, responses, _ = message  # RESPONSES or DROPPED
+        self._answer_handlers[message[0]](stub, message)
+
+    def _on_responses(self, stub: DirectStub, message: tuple) -> None:
+        """RESPONSES or DROPPED: a model that is not decoupled answered (or the stub
+        did not run the request)."""
+        kind, batch_id, error, responses, _ = message
         waiting = self._waiting.pop(batch_id, None)
         if waiting is None:
             return
@@ -220,21 +293,61 @@ class DirectPath:
             response.error = ServerError(ErrorCode.INTERNAL, error)
         for _, msg in responses:
             if msg is not None:
-                try:
-                    self._read(stub, msg, response)
-                except Exception as exc:  # noqa: BLE001 - its request fails, no other
-                    log.exception("an answer of model instance '%s' could not be read",
-                                  stub.instance)
-                    response.outputs = []
-                    response.error = ServerError(ErrorCode.INTERNAL, (
-                        f"the response of model instance '{stub.instance}' could not be "
-                        f"read: {exc}"))
-        if not waiting.future.done():
-            waiting.future.set_result(response)
-        else:
-            response.release()
+                self._read(stub, msg, response)
+        waiting.deliver(response)
         # execute raised, or did not run (an error response of the model's succeeds)
         self._count(waiting, error is not None or kind == p.DROPPED)
+
+    def _on_send(self, stub: DirectStub, message: tuple) -> None:
+        """A decoupled model's response (its final flag, with or without one)."""
+        _, key, msg, flags = message
+        waiting = self._waiting.get(key)
+        if waiting is None:  # an answer after the request ended (its stub's death)
+            if msg is not None:
+                stub.frees.add((d[3], d[4]) for d in msg[p.RESP_OUTPUTS])
+            return
+        arrived_ns = time.monotonic_ns()
+        final = bool(flags & RESPONSE_FINAL)
+        response = InferResponse(waiting.model, waiting.version, waiting.request_id,
+                                 final=final)
+        if msg is not None:
+            self._read(stub, msg, response)
+        waiting.deliver(response)
+        self._count_response(waiting, response, arrived_ns)
+        if final:
+            del self._waiting[key]
+            stub.outstanding -= 1
+            self._free(waiting.blocks)  # the model has let the request go
+            self._count(waiting, False)  # its own error responses do not fail it
+
+    def _on_batch_done(self, stub: DirectStub, message: tuple) -> None:
+        """A decoupled model's `execute` raised (its request fails), or released the
+        request with RESCHEDULE (it is sent again)."""
+        _, batch_id, error, rescheduled = message
+        waiting = self._waiting.get(batch_id)
+        if waiting is None:
+            return
+        if error is not None:
+            self._fail(batch_id, waiting, error)
+        elif batch_id in rescheduled:
+            stub.send(p.execute(batch_id, (waiting.message,), ()))
+
+    def _count_response(self, waiting: _Waiting, response: InferResponse,
+                        arrived_ns: int) -> None:
+        """A decoupled model's response statistics (ResponseStats), as the core counts
+        them (ModelAccounting.responded)."""
+        key = (waiting.model, waiting.version)
+        stats = self._response_stats.get(key)
+        if stats is None:
+            stats = self._response_stats[key] = ResponseStats()
+        outcome = CANCEL if waiting.left else FAIL if response.error is not None \
+            else SUCCESS if response.outputs else EMPTY
+        now = time.monotonic_ns()
+        stats.add(waiting.responses, outcome,
+                  max(arrived_ns - (waiting.last_ns or waiting.sent_ns), 0), now - arrived_ns)
+        waiting.responses += 1
+        waiting.last_ns = now
+        self._stats_due()
 
     def _count(self, waiting: _Waiting, failed: bool) -> None:
         now = time.monotonic_ns()
@@ -246,6 +359,9 @@ class DirectPath:
         figures[1] += failed
         figures[3 if failed else 2] += now - waiting.arrived_ns
         figures[4] += now - waiting.sent_ns
+        self._stats_due()
+
+    def _stats_due(self) -> None:
         if not self._stats_scheduled:
             self._stats_scheduled = True
             asyncio.get_running_loop().call_later(STATS_INTERVAL_S, self.flush_stats)
@@ -254,12 +370,28 @@ class DirectPath:
         """Tell the core what direct requests added to statistics (also before this
         frontend asks it for statistics: the core reads the channel in order)."""
         self._stats_scheduled = False
-        if self._stats:
+        if self._stats or self._response_stats:
             entries = tuple((*key, *figures) for key, figures in self._stats.items())
+            responses = tuple((*key, stats.figures())
+                              for key, stats in self._response_stats.items())
             self._stats.clear()
-            self._tell(fp.direct_stats(entries))
+            self._response_stats.clear()
+            self._tell(fp.direct_stats(entries, responses))
 
     def _read(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
+        """A ResponseMsg into `response`; one this process cannot read becomes its
+        error (its request fails, no other)."""
+        try:
+            self._read_msg(stub, msg, response)
+        except Exception as exc:  # noqa: BLE001 - its request fails, no other
+            log.exception("an answer of model instance '%s' could not be read",
+                          stub.instance)
+            response.outputs = []
+            response.error = ServerError(ErrorCode.INTERNAL, (
+                f"the response of model instance '{stub.instance}' could not be "
+                f"read: {exc}"))
+
+    def _read_msg(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
         error, outputs, params = msg
         if error is not None:
             stub.frees.add((d[3], d[4]) for d in outputs)

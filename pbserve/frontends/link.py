@@ -100,12 +100,17 @@ class FrontendLink:
 
     def _on_direct_stats(self, message: tuple) -> None:
         """What the frontend's direct requests (frontends/direct.py) add to statistics."""
-        _, entries = message
+        _, entries, responses = message
         for model, version, *figures in entries:
             try:
                 self._core.model_handle(model, version).add_direct_stats(*figures)
             except ServerError:
                 pass  # unloaded meanwhile
+        for model, version, figures in responses:
+            try:
+                self._core.model_handle(model, version).add_direct_responses(figures)
+            except ServerError:
+                pass
 
     def _on_cancel_direct(self, message: tuple) -> None:
         """A direct request's client left: the model sees it (`is_cancelled`), and its

@@ -28,7 +28,7 @@ from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
-from pbserve.frontends.direct import DirectPath
+from pbserve.frontends.direct import DirectPath, DirectRoute
 from pbserve.frontends.owed import Owed
 from pbserve.frontends.placer import FrontendPlacer, blocks_of
 from shm import Block, Pool
@@ -412,18 +412,26 @@ class LinkedModel:
     def output_labels(self, output: str) -> list[bytes] | None:
         return self._core._ask("output_labels", self._name, self._version, output)
 
-    async def infer(self, request: InferRequest, descs: tuple | None = None
-                    ) -> InferResponse:
-        direct = self._core.direct
+    def _direct_route(self, request: InferRequest) -> DirectRoute | None:
+        """The model's direct route (frontends/direct.py), if this request may take it:
+        one without a timeout or a client's shared memory (those the core handles)."""
         if request.output_shm is None and not request.timeout_us \
                 and all([t.shm is None for t in request.inputs]):
-            route = direct.route(self._name, self._version)
-            if route is not None:
-                return await direct.infer(route, request)
+            return self._core.direct.route(self._name, self._version)
+        return None
+
+    async def infer(self, request: InferRequest, descs: tuple | None = None
+                    ) -> InferResponse:
+        route = self._direct_route(request)
+        if route is not None and not route.decoupled:  # (the core refuses a decoupled one)
+            return await self._core.direct.infer(route, request)
         return await self._core.infer(request)
 
     def stream_infer(self, request: InferRequest, descs: tuple | None = None
                      ) -> AsyncIterator[InferResponse]:
+        route = self._direct_route(request)
+        if route is not None:
+            return self._core.direct.stream_infer(route, request)
         return self._core.stream_infer(request)
 
 

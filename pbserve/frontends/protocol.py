@@ -97,10 +97,12 @@ def expect(model: str, version: str) -> tuple:
     return (EXPECT, model, version)
 
 
-def direct_stats(entries: tuple) -> tuple:
+def direct_stats(entries: tuple, responses: tuple) -> tuple:
     """What this frontend's direct requests (direct.py) add to each model's statistics:
-    (model, version, batch size, requests, failures, success ns, failure ns, compute ns)."""
-    return (DIRECT_STATS, entries)
+    entries (model, version, batch size, requests, failures, success ns, failure ns,
+    compute ns), and a decoupled model's response statistics, responses (model, version,
+    ResponseStats.figures())."""
+    return (DIRECT_STATS, entries, responses)
 
 
 def cancel_direct(model: str, version: str, instance: str, key: int) -> tuple:

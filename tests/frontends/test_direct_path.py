@@ -12,8 +12,11 @@ import socket
 import time
 from pathlib import Path
 
+import queue
+
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pbserve.testing import running_server, stub_pids
@@ -38,9 +41,12 @@ class TritonPythonModel:
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("direct")
     repo = tmp / "repo"
-    for name in ("sleepy", "cancel_probe"):
+    for name in ("sleepy", "cancel_probe", "cancel_coroutine", "coroutine_raises"):
         shutil.copytree(ROOT / "tests/models" / name, repo / name)
     shutil.copytree(ROOT / "models/examples/identity", repo / "identity")
+    shutil.copytree(ROOT / "models/examples/async_stream", repo / "async_stream")
+    config = repo / "async_stream" / "config.pbtxt"
+    config.write_text(config.read_text().replace('"50"', '"1"'))  # 1 ms a chunk
     (repo / "double" / "1").mkdir(parents=True)  # batched, without a batcher
     (repo / "double" / "config.pbtxt").write_text(
         'backend: "python"\nmax_batch_size: 8\n'
@@ -161,3 +167,69 @@ def test_an_unload_waits_for_a_direct_request_and_the_model_is_gone_after(server
         client.infer("sleepy", _sleepy(0))
     client.load_model("sleepy")
     assert client.infer("sleepy", _sleepy(0)).as_numpy("PID")[0] > 0
+
+
+def _stream(client, model: str, inputs: list, count: int, timeout: float = 10,
+            cancel: bool = False) -> list:
+    """`count` results of one request on `client`'s stream: (result, error) pairs; the
+    stream is then closed (`cancel`: with the request cancelled)."""
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    try:
+        client.async_stream_infer(model, inputs)
+        return [got.get(timeout=timeout) for _ in range(count)]
+    finally:
+        client.stop_stream(cancel_requests=cancel)
+
+
+def _prompt(chunks: int) -> list:
+    prompt = grpcclient.InferInput("PROMPT", [1], "BYTES")
+    prompt.set_data_from_numpy(np.array([b"hi"], dtype=np.object_))
+    count = grpcclient.InferInput("CHUNKS", [1], "INT32")
+    count.set_data_from_numpy(np.array([chunks], np.int32))
+    return [prompt, count]
+
+
+def test_a_decoupled_stream_is_answered_while_the_core_process_is_stopped(server):
+    """A decoupled model's responses go from its stub to the frontend that sent the
+    request; what they add to the response statistics reaches the core after."""
+    client = server.grpc_client()
+    assert [e for _, e in _stream(client, "async_stream", _prompt(1), 1)] == [None]
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        results = _stream(client, "async_stream", _prompt(3), 3)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert [e for _, e in results] == [None] * 3
+    assert [r.as_numpy("TEXT")[0] for r, _ in results] == [
+        f"chunk {i}/3 of 'hi' ".encode() for i in (1, 2, 3)]
+
+    def statistics() -> dict:
+        (entry,) = server.http_client().get_inference_statistics(
+            "async_stream")["model_stats"]
+        return entry
+    wait_for(lambda: int(statistics()["inference_stats"]["success"]["count"]) == 2,
+             "the statistics", 10)
+    responses = statistics()["response_stats"]
+    assert int(responses["0"]["success"]["count"]) == 2  # both requests' first
+    assert int(responses["2"]["success"]["count"]) == 1
+    assert int(responses["3"]["empty_response"]["count"]) == 1  # the final flag alone
+
+
+def test_a_coroutine_that_raises_ends_its_stream_with_the_error(server):
+    client = server.grpc_client()
+    fail = grpcclient.InferInput("FAIL", [1], "BOOL")
+    fail.set_data_from_numpy(np.array([True]))
+    (first, none), (_, error) = _stream(client, "coroutine_raises", [fail], 2)
+    assert none is None and first.as_numpy("PID")[0] in stub_pids(server.pid)
+    assert "coroutine_raises: failing on purpose" in str(error)
+
+
+def test_a_stream_the_client_closes_cancels_the_coroutine(server, tmp_path):
+    marker = tmp_path / "seen.json"
+    tensor = grpcclient.InferInput("MARKER", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([str(marker).encode()], dtype=np.object_))
+    client = server.grpc_client()
+    ((started, error),) = _stream(client, "cancel_coroutine", [tensor], 1, cancel=True)
+    assert error is None and started.as_numpy("STARTED")[0]
+    wait_for(marker.exists, "the coroutine's cancellation", 15)

@@ -123,6 +123,11 @@ class ModelAccounting:
         figures[0] += requests
         figures[1] += compute_ns
 
+    def direct_responses(self, figures: dict) -> None:
+        """A decoupled model's response statistics a frontend process counted of its
+        direct requests (pbserve/frontends/direct.py), as `responded` counts them."""
+        self.stats.responses.merge(figures)
+
 
 def _failure_reason(pending: PendingRequest, error: ServerError) -> str:
     """Triton's reason label for a request that failed."""

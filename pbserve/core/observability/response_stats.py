@@ -43,6 +43,21 @@ class ResponseStats:
         total[0] += 1
         total[1] += infer_ns + output_ns
 
+    def figures(self) -> dict[int, dict[str, list[int]]]:
+        """What was counted, as plain data (a frontend process sends it to the core)."""
+        return self._by_index
+
+    def merge(self, figures: dict[int, dict[str, list[int]]]) -> None:
+        """Add what another ResponseStats counted (its `figures()`)."""
+        for index, theirs in figures.items():
+            mine = self._by_index.get(index)
+            if mine is None:
+                mine = self._by_index[index] = {name: [0, 0] for name in _FIGURES}
+            for name, (count, ns) in theirs.items():
+                figure = mine[name]
+                figure[0] += count
+                figure[1] += ns
+
     def statistics(self) -> dict[str, Any]:
         """Triton's `response_stats` object: {"0": {"compute_infer": {"count", "ns"},
         ...}, ...}."""
