@@ -525,14 +525,14 @@ class Stub:
                                                     lambda exc: self._abort(built, exc))
                     if self.cancel_coroutines:
                         self.runtime.watch_coroutine(keys, future)
-                    self._batch_done(batch_id, ())
+                    self._answer(p.batch_done(batch_id, None, ()))
                     return
                 returned = self.async_loop.submit(returned, lambda exc: None).result()
             responses = check_returned(returned, len(built), self.decoupled,
                                        self.instance_name)
             rescheduled = _rescheduled(built, responses)
             if self.decoupled:
-                self._batch_done(batch_id, rescheduled)
+                self._answer(p.batch_done(batch_id, None, rescheduled))
                 return
             msgs = tuple([(req._key, None if resp is None else
                            response_msg(resp, req._requested_output_names, self.memory,
@@ -591,12 +591,6 @@ class Stub:
         if not self.frontends.answer(self._origin, message, outputs):
             self.log_error(f"frontend process {self._origin - 1} does not read its answers: "
                            f"one of model instance '{self.instance_name}' was dropped")
-
-    def _batch_done(self, batch_id: int, rescheduled: tuple) -> None:
-        """A decoupled model's `execute` returned. A frontend process is told only of
-        requests to send again (its requests end with their final responses)."""
-        if self._origin == PARENT or rescheduled:
-            self._answer(p.batch_done(batch_id, None, rescheduled))
 
     def respond(self, key: int, message: tuple, outputs: tuple = ()) -> None:
         """A decoupled model's response to request `key` (a SEND whose outputs are

@@ -92,8 +92,8 @@ class _Waiting:
     stream's queue), its input blocks, and what its statistics need."""
 
     __slots__ = ("future", "queue", "blocks", "stub", "model", "version", "request_id",
-                 "size", "message", "arrived_ns", "sent_ns", "last_ns", "responses",
-                 "left")
+                 "size", "message", "arrived_ns", "sent_ns", "last_ns", "compute_ns",
+                 "responses", "left")
 
     def __init__(self, stream: bool, blocks: list[Block], stub: DirectStub, model: str,
                  version: str, request_id: str, message: tuple) -> None:
@@ -106,6 +106,7 @@ class _Waiting:
         self.message = message  # its EXECUTE's RequestMsg (sent again if rescheduled)
         self.size = 1  # its batch size (1 for a model that does not batch)
         self.arrived_ns = self.sent_ns = self.last_ns = 0
+        self.compute_ns = 0  # a decoupled model's: until its `execute` returned
         self.responses = 0  # a stream's responses so far
         self.left = False  # its reader is gone (the client left)
 
@@ -321,12 +322,14 @@ class DirectPath:
             self._count(waiting, False)  # its own error responses do not fail it
 
     def _on_batch_done(self, stub: DirectStub, message: tuple) -> None:
-        """A decoupled model's `execute` raised (its request fails), or released the
-        request with RESCHEDULE (it is sent again)."""
+        """A decoupled model's `execute` returned (its compute time, as the core counts
+        it, unless the final response came first), raised (its request fails), or
+        released the request with RESCHEDULE (it is sent again)."""
         _, batch_id, error, rescheduled = message
         waiting = self._waiting.get(batch_id)
         if waiting is None:
             return
+        waiting.compute_ns = time.monotonic_ns() - waiting.sent_ns
         if error is not None:
             self._fail(batch_id, waiting, error)
         elif batch_id in rescheduled:
@@ -358,7 +361,7 @@ class DirectPath:
         figures[0] += 1
         figures[1] += failed
         figures[3 if failed else 2] += now - waiting.arrived_ns
-        figures[4] += now - waiting.sent_ns
+        figures[4] += waiting.compute_ns or now - waiting.sent_ns
         self._stats_due()
 
     def _stats_due(self) -> None:
