@@ -34,15 +34,16 @@ from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub import protocol as p
 from stub.calls import Calls
 from stub.context import CURRENT_KEYS
+from stub.direct_bls import DirectBls
 from stub.memory import StubMemory
 from stub.tensors import output_desc
 
 
 class _Release:
-    """Sends BLS_RELEASE for a response once its last output array is gone."""
+    """Gives a response's outputs back (`give_back`) once its last output array is gone."""
 
-    def __init__(self, send: Callable[[tuple], None], token: int, count: int) -> None:
-        self._send, self._token, self._left = send, token, count
+    def __init__(self, give_back: Callable[[], None], count: int) -> None:
+        self._give_back, self._left = give_back, count
         self._lock = threading.Lock()
 
     def one_gone(self) -> None:
@@ -50,7 +51,7 @@ class _Release:
             self._left -= 1
             done = self._left == 0
         if done:
-            self._send(p.bls_release(self._token))
+            self._give_back()
 
 
 class _CallMemory:
@@ -93,13 +94,15 @@ class _CallMemory:
 
 
 class BlsClient:
-    """`send`: a message on the up queue; `calls`: calls that wait for the parent."""
+    """`send`: a message on the up queue; `calls`: calls that wait for the parent;
+    `direct`: calls sent to other stubs directly (with frontend processes), else None."""
 
-    def __init__(self, memory: StubMemory, send: Callable[[tuple], None], calls: Calls
-                 ) -> None:
+    def __init__(self, memory: StubMemory, send: Callable[[tuple], None], calls: Calls,
+                 direct: DirectBls | None = None) -> None:
         self._memory = memory
         self._send = send
         self._calls = calls
+        self.direct = direct
 
     # -- requests ---------------------------------------------------------------------
     def _args(self, request: InferenceRequest, decoupled: bool) -> tuple[tuple, _CallMemory]:
@@ -128,9 +131,26 @@ class BlsClient:
         if decoupled:
             return self._stream(args, owned)
         try:
+            answered = self._direct_exec(args)
+            if answered is not None:
+                return self._response(*answered, owned)
             return self.response(self._calls.call("bls", *args), owned)
         finally:
             owned.call_done()
+
+    def _direct_exec(self, args: tuple) -> tuple | None:
+        """The call sent to the callee's stub itself, where it may be (DirectBls):
+        (its ResponseMsg, what gives its outputs back); None: through the parent."""
+        direct = self.direct
+        if direct is None:
+            return None
+        name, version, request_id, correlation_id, flags, parameters, timeout, requested, \
+            descs, _, on_behalf_of, trace, memory_type = args
+        if timeout or trace is not None or not direct.on_main_thread():
+            return None
+        return direct.exec(name, version, request_id, correlation_id, flags, parameters,
+                           requested, descs, on_behalf_of,
+                           memory_type != TRITONSERVER_MEMORY_CPU)
 
     async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any:
         """Waits on the event loop, not in a thread: many calls can be in flight. A stream
@@ -171,14 +191,26 @@ class BlsClient:
 
     # -- responses --------------------------------------------------------------------
     def response(self, reply: tuple, sent: _CallMemory | None = None) -> InferenceResponse:
-        """An InferenceResponse over the target's shm (no copy)."""
-        (error, outputs, params), token = reply
+        """An InferenceResponse over the target's shm (no copy), of the parent's answer
+        (its outputs held under its token until BLS_RELEASE)."""
+        record, token = reply
+        give_back = None
+        if token:
+            def give_back() -> None:
+                self._send(p.bls_release(token))
+        return self._response(record, give_back, sent)
+
+    def _response(self, record: tuple, give_back: Callable[[], None] | None,
+                  sent: _CallMemory | None = None) -> InferenceResponse:
+        """An InferenceResponse of a ResponseMsg over the target's shm; `give_back` once
+        its last output array is gone."""
+        error, outputs, params = record
         if error is not None:
             return InferenceResponse._incoming(
                 output_tensors=[], error=TritonError(error[1], error[0]),
                 parameters_json=params)
         tensors = []
-        release = _Release(self._send, token, len(outputs)) if token else None
+        release = _Release(give_back, len(outputs)) if give_back is not None else None
         for desc in outputs:
             name, datatype, shape, region, offset, nbytes = desc
             if is_cuda_token(region):

@@ -27,6 +27,8 @@ from typing import Any, Callable
 from stub import protocol as p
 from stub.inbox import PARENT, Inbox
 
+ALIVE_CHECK_S = 0.2  # how often a direct BLS call's wait looks whether its callee lives
+
 
 def poll(pending: Callable[[], bool], budget_ns: int) -> bool:
     """Look at `pending()` for at most `budget_ns`, yielding the CPU between looks (the
@@ -63,6 +65,27 @@ class DirectReplies:
                 if message[0] == p.REPLY and message[p.REPLY_CALL_ID] == call_id:
                     return message[p.REPLY_ERROR], message[p.REPLY_VALUE]
             self._held.append(got)
+
+    def wait_from(self, origin: int, answers: Callable[[bytes], tuple | None],
+                  alive: Callable[[], bool]) -> tuple | None:
+        """What `answers` makes of the first message from inbox `origin` it takes (the
+        answer of a direct BLS call, stub/direct_bls.py; it passes over others: answers
+        nobody waits for any more); on the main thread. None once `alive()` says the
+        callee died (asked every ALIVE_CHECK_S while the answer has not come)."""
+        if self.poll_ns:
+            poll(self._queue.pending, self.poll_ns)
+        checked = time.monotonic()
+        while True:
+            got = self._queue.get(ALIVE_CHECK_S)
+            if got is not None:
+                if got[0] != origin:
+                    self._held.append(got)
+                elif (answer := answers(got[1])) is not None:
+                    return answer
+            if time.monotonic() - checked >= ALIVE_CHECK_S:
+                if not alive():
+                    return None
+                checked = time.monotonic()
 
     def next(self, timeout: float | None) -> tuple[int, bytes] | None:
         """The main loop's next (origin, message): a held one first, else from the inbox

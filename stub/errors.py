@@ -32,6 +32,11 @@ _HIDDEN = _OWN + tuple(_folder(package.__file__)
 _FROZEN = "<frozen "
 
 
+# Triton's words for RESCHEDULE where no iterative sequence batcher takes the request back
+RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
+                          "while the model is not configured to handle such a flag.")
+
+
 class StubError(Exception):
     """An error of the stub itself, not raised through model code (Triton's C++
     PythonBackendException): its text is the message alone."""

@@ -1,13 +1,15 @@
-"""The frontend processes a stub answers directly (pbserve/frontends/direct.py): each
-one's queue of requests (read through the inbox, stub/inbox.py, with origin slot + 1),
-its answer queue and doorbell, and the output blocks each has been sent and not given
-back yet.
+"""The frontend processes a stub answers directly (pbserve/frontends/direct.py), and the
+other stubs that send it BLS calls directly (stub/direct_bls.py): each one's queue of
+requests (read through the inbox, stub/inbox.py, with its origin: a frontend's is its
+slot + 1, a stub's the core gives it), its answer queue and the way to wake it (a
+frontend's doorbell, a stub's bell semaphore), and the output blocks each has been sent
+and not given back yet.
 
-A frontend's request keys are its own key space (`first_key`): the origin of a response
-is its key's (`origin_of_key`), so a decoupled model's response sender, on any thread,
-answers the frontend that sent the request. Everything here may be used from any
-thread: one lock per frontend guards its answer queue (replaced when it starts again)
-and what it was lent.
+A frontend's (or calling stub's) request keys are its own key space (`first_key`): the
+origin of a response is its key's (`origin_of_key`), so a decoupled model's response
+sender, on any thread, answers the frontend that sent the request. Everything here may
+be used from any thread: one lock per origin guards its answer queue (replaced when a
+frontend starts again) and what it was lent.
 
 An answer goes on that frontend's answer queue, then its doorbell (an eventfd the
 frontend's loop watches, passed to the stub at launch) is rung when the queue was empty
@@ -22,6 +24,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import posix_ipc
+
 from shm.doorbell import ring
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
@@ -29,6 +33,8 @@ from stub.inbox import PARENT, Inbox
 
 PUT_TIMEOUT_S = 1.0
 KEY_SHIFT = 40  # a frontend's request keys: (origin << KEY_SHIFT) + n; the core's from 1
+FIRST_STUB_ORIGIN = 1 << 12  # a calling stub's origin (the core gives it); a frontend's
+#   is below (its slot + 1: --frontend-processes is far below this)
 Frees = tuple[tuple[str, int], ...]
 
 
@@ -37,9 +43,10 @@ def origin_of(slot: int) -> int:
     return slot + 1
 
 
-def first_key(slot: int) -> int:
-    """The first request key of frontend process `slot` (it counts up from there)."""
-    return origin_of(slot) << KEY_SHIFT
+def first_key(origin: int) -> int:
+    """The first request key of the frontend process (or calling stub) of `origin` (it
+    counts up from there)."""
+    return origin << KEY_SHIFT
 
 
 def origin_of_key(key: int) -> int:
@@ -48,14 +55,17 @@ def origin_of_key(key: int) -> int:
 
 
 class _Frontend:
-    """One frontend process as the stub answers it."""
+    """One frontend process (or calling stub) as the stub answers it; `wake` after a put
+    that found its answer queue empty."""
 
-    __slots__ = ("lock", "answers", "lent")
+    __slots__ = ("lock", "answers", "lent", "wake", "bell")
 
-    def __init__(self) -> None:
+    def __init__(self, wake: Callable[[], None] = lambda: None) -> None:
         self.lock = threading.Lock()
         self.answers: MessageQueue | None = None
         self.lent: set[tuple[str, int]] = set()
+        self.wake = wake
+        self.bell: posix_ipc.Semaphore | None = None  # a calling stub's
 
 
 class Frontends:
@@ -63,11 +73,12 @@ class Frontends:
 
     def __init__(self, bell_fds: tuple[int, ...], inbox: Inbox,
                  free: Callable[[Frees], None]) -> None:
-        self._bell_fds = bell_fds
         self._inbox = inbox
         self._free = free
-        # one per slot, made now: the dict never changes, so any thread may read it
-        self._frontends = {origin_of(slot): _Frontend() for slot in range(len(bell_fds))}
+        # one per slot, made now, and one per calling stub, added and removed on the main
+        # thread (a single dict operation: any thread may look one up)
+        self._frontends = {origin_of(slot): _Frontend(_ringer(fd))
+                           for slot, fd in enumerate(bell_fds)}
 
     def attach(self, slot: int, requests: str, answers: str) -> None:
         """Frontend process `slot` sends on `requests` and is answered on `answers`
@@ -81,6 +92,33 @@ class Frontends:
             lent, frontend.lent = frontend.lent, set()
         if old is not None:
             old.close()
+        self._free(tuple(lent))
+
+    def attach_caller(self, origin: int, requests: str, answers: str, bell: str) -> None:
+        """The stub of `origin` sends BLS calls on `requests`, is answered on `answers`
+        and woken by posting its semaphore `bell` (on the main thread)."""
+        self.forget(origin)
+        caller = _Frontend()
+        caller.bell = posix_ipc.Semaphore(bell)
+        caller.wake = caller.bell.release
+        caller.answers = MessageQueue.attach(answers)
+        self._inbox.set(origin, MessageQueue.attach(requests))
+        self._frontends[origin] = caller
+
+    def forget(self, origin: int) -> None:
+        """The calling stub of `origin` ended: its queues are closed and what it was lent
+        is freed (on the main thread)."""
+        caller = self._frontends.get(origin)
+        if caller is None or caller.bell is None:
+            return  # not a calling stub's (a frontend's slot stays)
+        del self._frontends[origin]
+        self._inbox.remove(origin)
+        with caller.lock:
+            queue, caller.answers = caller.answers, None
+            lent, caller.lent = caller.lent, set()
+        if queue is not None:
+            queue.close()
+        caller.bell.close()
         self._free(tuple(lent))
 
     def knows(self, origin: int) -> bool:
@@ -108,7 +146,7 @@ class Frontends:
             self._free(outputs)
             return False
         if first:
-            ring(self._bell_fds[origin - 1])
+            frontend.wake()
         return True
 
     def returned(self, origin: int, frees: Frees) -> None:
@@ -121,3 +159,7 @@ class Frontends:
     def reading(self) -> bool:
         """Whether a frontend still reads outputs it was sent."""
         return any([frontend.lent for frontend in self._frontends.values()])
+
+
+def _ringer(fd: int) -> Callable[[], None]:
+    return lambda: ring(fd)

@@ -52,6 +52,14 @@ class Inbox:
                 return
         self._queues.append((origin, queue))
 
+    def remove(self, origin: int) -> None:
+        """Stop reading `origin`'s queue (closed); nothing if it has none."""
+        for i, (known, queue) in enumerate(self._queues):
+            if known == origin and origin != PARENT:
+                del self._queues[i]
+                queue.close()
+                return
+
     def get(self, timeout: float | None = None) -> tuple[int, bytes] | None:
         """(origin, message) of the next message, or None when none came within
         `timeout` s (0: do not wait; None: wait until one comes)."""

@@ -55,6 +55,11 @@ TRIM = 13         # control queue: (TRIM,): /dev/shm is short; give back every e
 FRONTEND_QUEUES = 14  # (FRONTEND_QUEUES, slot, requests, answers): frontend process
 #   `slot` started again: its queues to and from this stub are these now (the old ones'
 #   outputs lent to it are freed); main queue
+CALLER_QUEUES = 15  # (CALLER_QUEUES, origin, requests, answers, bell): the stub of `origin`
+#   sends this stub BLS calls directly (stub/direct_bls.py) on `requests`, is answered on
+#   `answers` and woken by posting its semaphore `bell`; main queue
+CALLER_GONE = 16  # (CALLER_GONE, origin): that caller's stub ended: its queues are gone,
+#   what it was lent is freed; main queue
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
@@ -204,6 +209,14 @@ def forget_regions(names: tuple[str, ...]) -> tuple:
 
 def trim() -> tuple:
     return (TRIM,)
+
+
+def caller_queues(origin: int, requests: str, answers: str, bell: str) -> tuple:
+    return (CALLER_QUEUES, origin, requests, answers, bell)
+
+
+def caller_gone(origin: int) -> tuple:
+    return (CALLER_GONE, origin)
 
 
 def frontend_queues(slot: int, requests: str, answers: str) -> tuple:

@@ -43,6 +43,7 @@ from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
+from stub.direct_bls import STATS_INTERVAL_S as DIRECT_BLS_FLUSH_S, DirectBls
 from stub.direct_replies import DirectReplies, poll
 from stub.context import CURRENT_KEYS
 from stub.errors import StubError, own_code
@@ -84,6 +85,12 @@ def frontend_queue_names(prefix: str, slot: int, generation: int = 0) -> tuple[s
     return f"{prefix}-f{slot}g{generation}", f"{prefix}-a{slot}g{generation}"
 
 
+def caller_queue_names(prefix: str, origin: int) -> tuple[str, str]:
+    """Names of the queues between the stub of `origin`, which sends BLS calls directly
+    (stub/direct_bls.py), and the stub with this prefix: its calls, the answers."""
+    return f"{prefix}-k{origin}", f"{prefix}-l{origin}"
+
+
 class Stub:
     def __init__(self, prefix: str, parent_pid: int, instance_name: str,
                  doorbell_fd: int = -1, sizes: ShmSizes = ShmSizes(),
@@ -116,7 +123,11 @@ class Stub:
         self.gpu = GpuMemory(self.pool.prefix, self.regions, dict(sizes.cuda))
         self.gpu_inputs = False  # FORCE_CPU_ONLY_INPUT_TENSORS "no": GPU inputs stay there
         self.memory = StubMemory(self.pool, self.regions, self.borrowed, self.gpu)
-        self.bls = BlsClient(self.memory, self.send, self.calls)
+        # BLS calls sent to other stubs directly: with frontend processes (the stubs then
+        # wait on bells, which other stubs may post)
+        self.direct_bls = DirectBls(self.inbox, self.main_messages, self.send,
+                                    self.calls.call) if frontend_bell_fds else None
+        self.bls = BlsClient(self.memory, self.send, self.calls, self.direct_bls)
         self._open: set[int] = set()
         self._answered_ns = 0  # when the last EXECUTE was answered
         self._gap_ns = NEXT_NS  # answer -> next EXECUTE, recently (moving average)
@@ -133,6 +144,7 @@ class Stub:
             p.LOG_SETTINGS: self._on_log_settings_msg,
             p.RELEASE: self._on_release_msg,  # a frontend's, for the outputs it wrote
             p.FRONTEND_QUEUES: self._on_frontend_queues_msg,
+            p.CALLER_QUEUES: self._on_caller_queues_msg, p.CALLER_GONE: self._on_caller_gone_msg,
         }
         self._control_handlers = {
             p.REPLY: self._on_reply_msg, p.STREAM_ITEM: self._on_stream_item_msg,
@@ -178,6 +190,8 @@ class Stub:
                 self._open.discard(key)
         if self.runtime is not None:
             self.runtime.forget(key)
+        if self.direct_bls is not None:
+            self.direct_bls.forget_request(key)
 
     # -- main loop --------------------------------------------------------------------
     def run(self) -> None:
@@ -194,6 +208,8 @@ class Stub:
                     if not self.parent_alive():
                         return
                     self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
+                    if self.direct_bls is not None:
+                        self.direct_bls.after_execute()
                     continue
                 self._origin, raw = got
                 if not raw:  # the parent announces a request (or wakes the loop to end)
@@ -208,9 +224,13 @@ class Stub:
             self.close()
 
     def _idle_timeout(self) -> float | None:
-        """How long an idle stub sleeps before it looks again: PARENT_CHECK_S while its
-        pools have a region to give back (`_trim`), else until a message comes (its
-        death with the parent is the kernel's: stub/parent_death.py)."""
+        """How long an idle stub sleeps before it looks again: DIRECT_BLS_FLUSH_S while
+        its direct BLS calls owe the core statistics or a callee outputs
+        (DirectBls.after_execute), PARENT_CHECK_S while its pools have a region to give
+        back (`_trim`), else until a message comes (its death with the parent is the
+        kernel's: stub/parent_death.py)."""
+        if self.direct_bls is not None and self.direct_bls.owes():
+            return DIRECT_BLS_FLUSH_S
         return PARENT_CHECK_S if self.pool.has_spare() or self.gpu.has_spare() else None
 
     # -- the main queue's messages ------------------------------------------------------
@@ -227,6 +247,8 @@ class Stub:
         self.main_messages.poll_ns = REPLY_POLL_NS if self._announced else 0
         self.on_execute(batch_id, requests, frees)
         self._answered_ns = time.perf_counter_ns()
+        if self.direct_bls is not None:
+            self.direct_bls.after_execute()
         if self._announced:
             # The next comes soon, as the last did: poll for it. One that comes while
             # polling counts as announced, so a chain of close requests (an ensemble's
@@ -334,6 +356,8 @@ class Stub:
         if self.runtime is not None:
             _, key = message
             self.runtime.mark_cancelled(key)
+            if self.direct_bls is not None:
+                self.direct_bls.cancelled(key)
 
     def _on_forget_region_msg(self, message: tuple) -> None:
         _, token = message
@@ -579,6 +603,14 @@ class Stub:
         _, slot, requests, answers = message
         self.frontends.attach(slot, requests, answers)
 
+    def _on_caller_queues_msg(self, message: tuple) -> None:
+        _, origin, requests, answers, bell = message
+        self.frontends.attach_caller(origin, requests, answers, bell)
+
+    def _on_caller_gone_msg(self, message: tuple) -> None:
+        _, origin = message
+        self.frontends.forget(origin)
+
     def _answer(self, message: tuple, msgs: tuple = ()) -> None:
         """A batch's answer: to the parent, or to the frontend process that sent the
         batch (stub/frontends.py), with the outputs of `msgs` (its (key, ResponseMsg)
@@ -588,9 +620,7 @@ class Stub:
             return
         outputs = tuple((o[3], o[4]) for _, msg in msgs if msg is not None
                         for o in msg[p.RESP_OUTPUTS])
-        if not self.frontends.answer(self._origin, message, outputs):
-            self.log_error(f"frontend process {self._origin - 1} does not read its answers: "
-                           f"one of model instance '{self.instance_name}' was dropped")
+        self._to_frontend(self._origin, message, outputs)
 
     def respond(self, key: int, message: tuple, outputs: tuple = ()) -> None:
         """A decoupled model's response to request `key` (a SEND whose outputs are
@@ -599,9 +629,13 @@ class Stub:
         origin = origin_of_key(key)
         if origin == PARENT:
             self.send(message)
-        elif not self.frontends.answer(origin, message, outputs):
-            self.log_error(f"frontend process {origin - 1} does not read its answers: a "
-                           f"response of model instance '{self.instance_name}' was dropped")
+        else:
+            self._to_frontend(origin, message, outputs)
+
+    def _to_frontend(self, origin: int, message: tuple, outputs: tuple) -> None:
+        if not self.frontends.answer(origin, message, outputs):
+            self.log_error(f"frontend process {origin - 1} does not read its answers: "
+                           f"one of model instance '{self.instance_name}' was dropped")
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:
         # a RequestMsg (protocol.request_msg), read whole

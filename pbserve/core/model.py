@@ -25,8 +25,9 @@ from pbserve.core.observability import metrics
 from pbserve.core.observability.metrics import ModelStats
 from pbserve.core.observability.model_stats import ModelAccounting
 from pbserve.core.config.model_config import (
-    apply_auto_complete, config_from_json, config_to_json, is_decoupled)
+    apply_auto_complete, config_from_json, config_to_json, datatype_of, is_decoupled)
 from pbserve.core.instances.outage import RESTART_WAIT_S, Outage
+from pbserve.core.instances.stub_process import StubProcess
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.scheduler import Scheduler
 from pbserve.core.scheduling.sequence_batcher import SequenceBatcher
@@ -225,22 +226,60 @@ class Model:
         itself (docs/frontend_processes.md): its version, its config (serialized, for
         validation), and each READY instance's queue names (to its stub, from it), its
         stub's bell, pid and instance name. None where requests must pass through the
-        core: a batcher, the response cache, the rate limiter, tracing, an instance not
-        READY."""
+        core (`_direct_instances`)."""
+        instances = self._direct_instances()
+        if instances is None:
+            return None
+        stubs = []
+        for instance in instances:
+            stub = instance.stub
+            if len(stub.frontend_queues) <= slot:
+                return None
+            stubs.append((*stub.frontend_queues[slot], stub.bell_name, stub.pid,
+                          instance.name))
+        return self.version, self.cfg.SerializeToString(), tuple(stubs)
+
+    def caller_route(self, caller: object, origin: int, bell: str
+                     ) -> tuple[tuple, list[StubProcess]] | None:
+        """What the stub of `origin` (instance `caller`, woken by posting `bell`) needs
+        to send this model BLS calls itself (stub/direct_bls.py): the model's version,
+        max_batch_size, inputs (name, datatype, dims, optional) and output names, and
+        each READY instance's queue names (from that stub, to it), its stub's bell, pid,
+        instance name; with the stub processes that made queues for it. None where the
+        calls must pass through the core: as `direct_route`, and a call to the caller's
+        own model, an input with a reshape or a shape tensor."""
+        instances = self._direct_instances()
+        cfg = self.cfg
+        if instances is None or caller in instances \
+                or any([i.HasField("reshape") or i.is_shape_tensor for i in cfg.input]):
+            return None
+        stubs, processes = [], []
+        for instance in instances:
+            stub = instance.stub
+            stubs.append((*stub.caller_queues(origin, bell), stub.bell_name, stub.pid,
+                          instance.name))
+            processes.append(stub)
+        inputs = tuple((i.name, datatype_of(i.data_type), tuple(i.dims), i.optional)
+                       for i in cfg.input)
+        return (self.version, cfg.max_batch_size, inputs, tuple(o.name for o in cfg.output),
+                tuple(stubs)), processes
+
+    def _direct_instances(self) -> list[ModelInstance] | None:
+        """The instances whose stubs take requests from other processes directly; None
+        where requests must pass through the core: a batcher, the response cache, the
+        rate limiter, tracing, an instance not READY, a stub without a bell (a server
+        without frontend processes)."""
         cfg = self.cfg
         if cfg.HasField("dynamic_batching") \
                 or cfg.HasField("sequence_batching") or self._cache is not None \
                 or TRACER.enabled or not self.instances:
             return None
-        stubs = []
         for instance in self.instances:
             stub = instance.stub
             if instance.limit is not None or instance.state is not InstanceState.READY \
-                    or stub is None or len(stub.frontend_queues) <= slot:
+                    or stub is None or not stub.has_bell:
                 return None
-            stubs.append((*stub.frontend_queues[slot], stub.bell_name, stub.pid,
-                          instance.name))
-        return self.version, cfg.SerializeToString(), tuple(stubs)
+        return self.instances
 
     def add_direct_stats(self, *figures: int) -> None:
         """What requests a frontend process sent to this model's stubs itself added to

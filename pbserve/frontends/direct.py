@@ -37,7 +37,8 @@ from shm import Block, Pool
 from shm.pool import RegionMap
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
-from stub.frontends import first_key
+from stub.errors import RESCHEDULE_UNSUPPORTED
+from stub.frontends import first_key, origin_of
 
 log = logging.getLogger("pbserve.frontends")
 ROUTE_TTL_S = 1.0
@@ -92,18 +93,17 @@ class _Waiting:
     stream's queue), its input blocks, and what its statistics need."""
 
     __slots__ = ("future", "queue", "blocks", "stub", "model", "version", "request_id",
-                 "size", "message", "arrived_ns", "sent_ns", "last_ns", "compute_ns",
+                 "size", "arrived_ns", "sent_ns", "last_ns", "compute_ns",
                  "responses", "left")
 
     def __init__(self, stream: bool, blocks: list[Block], stub: DirectStub, model: str,
-                 version: str, request_id: str, message: tuple) -> None:
+                 version: str, request_id: str) -> None:
         loop = asyncio.get_running_loop()
         self.future: asyncio.Future | None = None if stream else loop.create_future()
         self.queue: asyncio.Queue | None = asyncio.Queue() if stream else None
         self.blocks = blocks
         self.stub = stub
         self.model, self.version, self.request_id = model, version, request_id
-        self.message = message  # its EXECUTE's RequestMsg (sent again if rescheduled)
         self.size = 1  # its batch size (1 for a model that does not batch)
         self.arrived_ns = self.sent_ns = self.last_ns = 0
         self.compute_ns = 0  # a decoupled model's: until its `execute` returned
@@ -141,7 +141,7 @@ class DirectPath:
         self._ask = ask
         self._routes: dict[tuple[str, str], tuple[float, DirectRoute | None]] = {}
         self._stubs: dict[tuple[str, str, str], DirectStub] = {}
-        self._keys = itertools.count(first_key(slot))
+        self._keys = itertools.count(first_key(origin_of(slot)))
         self._waiting: dict[int, _Waiting] = {}
         self._answer_handlers = {
             p.RESPONSES: self._on_responses, p.DROPPED: self._on_responses,
@@ -189,14 +189,14 @@ class DirectPath:
                     f"'{waiting.model}' was running"))
         stub.close()
 
-    def _fail(self, key: int, waiting: _Waiting, error: str) -> None:
-        """Request `key` ends with an INTERNAL `error` (its stub ended, or its batch
-        failed)."""
+    def _fail(self, key: int, waiting: _Waiting, error: str,
+              code: ErrorCode = ErrorCode.INTERNAL) -> None:
+        """Request `key` ends with `error` (its stub ended, its batch failed)."""
         del self._waiting[key]
         waiting.stub.outstanding -= 1
         self._free(waiting.blocks)
         waiting.deliver(InferResponse(waiting.model, waiting.version, waiting.request_id,
-                                      error=ServerError(ErrorCode.INTERNAL, error)))
+                                      error=ServerError(code, error)))
         self._count(waiting, True)
 
     def _send(self, route: DirectRoute, request: InferRequest, stream: bool) -> tuple[
@@ -226,7 +226,7 @@ class DirectPath:
             self._free(blocks)
             raise unavailable("the model's instance has too many requests waiting") from None
         waiting = self._waiting[key] = _Waiting(stream, blocks, stub, request.model_name,
-                                                route.version, request.id, msg)
+                                                route.version, request.id)
         waiting.arrived_ns, waiting.sent_ns = arrived_ns, time.monotonic_ns()
         waiting.size = batch or 1
         stub.outstanding += 1
@@ -283,7 +283,10 @@ class DirectPath:
     def _on_responses(self, stub: DirectStub, message: tuple) -> None:
         """RESPONSES or DROPPED: a model that is not decoupled answered (or the stub
         did not run the request)."""
-        kind, batch_id, error, responses, _ = message
+        kind, batch_id, error, responses, rescheduled = message
+        if batch_id in rescheduled and error is None:
+            self._rescheduled(batch_id)
+            return
         waiting = self._waiting.pop(batch_id, None)
         if waiting is None:
             return
@@ -324,7 +327,7 @@ class DirectPath:
     def _on_batch_done(self, stub: DirectStub, message: tuple) -> None:
         """A decoupled model's `execute` returned (its compute time, as the core counts
         it, unless the final response came first), raised (its request fails), or
-        released the request with RESCHEDULE (it is sent again)."""
+        released the request with RESCHEDULE."""
         _, batch_id, error, rescheduled = message
         waiting = self._waiting.get(batch_id)
         if waiting is None:
@@ -333,7 +336,14 @@ class DirectPath:
         if error is not None:
             self._fail(batch_id, waiting, error)
         elif batch_id in rescheduled:
-            stub.send(p.execute(batch_id, (waiting.message,), ()))
+            self._rescheduled(batch_id)
+
+    def _rescheduled(self, key: int) -> None:
+        """The model released request `key` with RESCHEDULE, which only an iterative
+        sequence batcher takes: refused as the default scheduler refuses it."""
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            self._fail(key, waiting, RESCHEDULE_UNSUPPORTED, ErrorCode.INVALID_ARG)
 
     def _count_response(self, waiting: _Waiting, response: InferResponse,
                         arrived_ns: int) -> None:

@@ -21,10 +21,13 @@ EXAMPLES = ROOT / "models" / "examples"
 TEST_MODELS = Path(__file__).resolve().parents[1] / "models"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=[1, 2], ids=["in-process", "2-frontend-processes"])
+def server(request, tmp_path_factory):
+    """With frontend processes, a call to a model the default scheduler serves goes from
+    stub to stub directly (stub/direct_bls.py); the others through the core."""
     log = tmp_path_factory.mktemp("bls") / "server.log"
-    with running_server(EXAMPLES, TEST_MODELS, log_path=log,
+    args = ["--frontend-processes", "2"] if request.param > 1 else []
+    with running_server(EXAMPLES, TEST_MODELS, log_path=log, args=args,
                         ready_path="/v2/health/live") as srv:
         yield srv
 

@@ -36,6 +36,37 @@ class TritonPythonModel:
             for r in requests]
 """
 
+AGAIN = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+        return [None] * len(requests)
+"""
+
+TWICE = """
+import triton_python_backend_utils as pb_utils
+
+
+def identity(x):
+    response = pb_utils.InferenceRequest(
+        model_name="identity", requested_output_names=["OUTPUT_FP32"],
+        inputs=[pb_utils.Tensor("INPUT_FP32", x)]).exec()
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+    return pb_utils.get_output_tensor_by_name(response, "OUTPUT_FP32").as_numpy()
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", identity(identity(pb_utils.get_input_tensor_by_name(r, "X").as_numpy())))])
+            for r in requests]
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -53,6 +84,18 @@ def server(tmp_path_factory):
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
     (repo / "double" / "1" / "model.py").write_text(DOUBLE)
+    (repo / "again" / "1").mkdir(parents=True)  # asks for RESCHEDULE, without a batcher
+    (repo / "again" / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    (repo / "again" / "1" / "model.py").write_text(AGAIN)
+    (repo / "twice" / "1").mkdir(parents=True)  # two BLS calls to identity
+    (repo / "twice" / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
+    (repo / "twice" / "1" / "model.py").write_text(TWICE)
     with running_server(repo, log_path=tmp / "server.log",
                         args=["--frontend-processes", "2", "--model-control-mode",
                               "explicit", "--load-model", "*"]) as srv:
@@ -122,6 +165,14 @@ def test_bad_input_is_refused_by_the_frontend_in_tritons_words(server):
         client.infer("identity", [tensor])
     result = client.infer("identity", _identity_inputs(np.ones(4, np.float32)))
     assert result.as_numpy("OUTPUT_FP32").tolist() == [1, 1, 1, 1]
+
+
+def test_a_reschedule_without_a_sequence_batcher_is_refused_as_the_core_refuses_it(server):
+    tensor = httpclient.InferInput("X", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+    with pytest.raises(Exception, match="RELEASE_RESCHEDULE, while the model is not "
+                                        "configured to handle such a flag"):
+        server.http_client().infer("again", [tensor])
 
 
 def test_a_stub_killed_under_a_request_fails_it_and_its_successor_serves(server):
@@ -233,3 +284,23 @@ def test_a_stream_the_client_closes_cancels_the_coroutine(server, tmp_path):
     ((started, error),) = _stream(client, "cancel_coroutine", [tensor], 1, cancel=True)
     assert error is None and started.as_numpy("STARTED")[0]
     wait_for(marker.exists, "the coroutine's cancellation", 15)
+
+
+def test_bls_calls_go_from_stub_to_stub_while_the_core_process_is_stopped(server):
+    """A BLS call from a stub to a model the default scheduler serves goes to the
+    callee's stub directly (stub/direct_bls.py): with the core stopped, a frontend that
+    knows the caller's route and a caller that knows the callee's are answered; the
+    calls count in the callee's statistics once the core runs again."""
+    client = server.http_client()
+    x = np.arange(8, dtype=np.float32)
+    tensor = httpclient.InferInput("X", [8], "FP32")
+    tensor.set_data_from_numpy(x)
+    before = _count(client, "identity")
+    np.testing.assert_array_equal(client.infer("twice", [tensor]).as_numpy("Y"), x)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        for _ in range(3):  # within the routes' second (ROUTE_TTL_S)
+            np.testing.assert_array_equal(client.infer("twice", [tensor]).as_numpy("Y"), x)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    wait_for(lambda: _count(client, "identity") == before + 8, "the callee's statistics", 10)

@@ -65,8 +65,9 @@ SIDES = {"pbserve": "parent", "stub": "stub", "backend_utils": "stub", "shm": No
 OTHER = {"parent": "stub", "stub": "parent"}
 MESSAGE_NAMES = {"message", "msg", "reply"}
 # Code of another protocol, which reads no stub message: the frontend processes' (its own
-# contract: tests/frontends/test_frontend_protocol.py).
-OTHER_PROTOCOLS = ("pbserve/frontends/",)
+# contract: tests/frontends/test_frontend_protocol.py); and a stub's BLS calls to another
+# stub, which speaks to it as a frontend does (EXECUTE, RELEASE; RESPONSES back).
+OTHER_PROTOCOLS = ("pbserve/frontends/", "stub/direct_bls.py")
 
 # (rule, kind, detail) -> why
 EXCEPTIONS = {

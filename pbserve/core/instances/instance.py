@@ -138,6 +138,13 @@ class ModelInstance:
     def pid(self) -> int | None:
         return self._supervisor.pid
 
+    def direct_origin(self) -> tuple[int, str] | None:
+        """Caller.direct_origin."""
+        stub = self._supervisor.stub
+        if stub is None or not stub.has_bell:
+            return None
+        return stub.origin, stub.bell_name
+
     @property
     def inflight(self) -> int:
         """Requests sent to the stub that have not had their final response."""
@@ -158,8 +165,10 @@ class ModelInstance:
     @property
     def waits_on_own_model(self) -> bool:
         """Whether it runs a batch that waits on a BLS call to its own model (a model
-        whose every instance does can serve no such call: stub_calls/bls.py)."""
-        return self.busy and self._self_calls > 0
+        whose every instance does can serve no such call: stub_calls/bls.py). A call
+        from the stub's main thread (CALL_DIRECT) says it runs one, also a batch a
+        frontend process sent it directly, which the core never saw."""
+        return (self.busy or bool(self._direct_calls)) and self._self_calls > 0
 
     def begin_self_call(self) -> None:
         """A BLS call of this instance's stub to its own model started."""

@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import functools
 import hashlib
+import itertools
 import os
 import shutil
 import sys
@@ -34,11 +35,13 @@ from shm.names import new_prefix, unlink_prefix
 from shm.pool import ShmSizes
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
+from stub.frontends import FIRST_STUB_ORIGIN
 from stub.inbox import bell_name
-from stub.stub import frontend_queue_names, queue_names
+from stub.stub import caller_queue_names, frontend_queue_names, queue_names
 
 log = logging.getLogger("pbserve.core")
 FRONTEND_QUEUE_CAPACITY = 256 << 10  # a frontend's requests to one stub, its answers
+_ORIGINS = itertools.count()  # StubProcess.origin
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # What a stub imports of pbserve: the stub and what the model sees, nothing else.
 _STUB_MODULES = ("stub", "shm", "backend_utils", "triton_python_backend_utils.py",
@@ -136,6 +139,10 @@ class StubProcess:
         self.bell_name = bell_name(self.prefix)
         self._frontend_qs = queues[3:]  # closed with the others; a frontend attaches
         self._generations = [0] * frontend_slots
+        # the origin of this stub's direct BLS calls to other stubs (stub/direct_bls.py):
+        # above every frontend slot's (slot + 1), never reused while the server runs
+        self.origin = FIRST_STUB_ORIGIN + next(_ORIGINS)
+        self._callers: dict[int, list[MessageQueue]] = {}  # origin -> its two queues here
 
     @classmethod
     async def start(cls, instance_name: str, loop: asyncio.AbstractEventLoop,
@@ -236,6 +243,34 @@ class StubProcess:
             queue.unlink()
             queue.close()
 
+    @property
+    def has_bell(self) -> bool:
+        """Whether other processes may send to the stub directly (frontend processes, and
+        with them other stubs' BLS calls): it waits on its bell, not its main queue."""
+        return self._bell is not None
+
+    def caller_queues(self, origin: int, bell: str) -> tuple[str, str]:
+        """The queues the stub of `origin` sends this stub direct BLS calls on and is
+        answered on (made on the first ask, told to this stub before the caller gets
+        them); `bell`: the caller's semaphore, posted when an answer comes."""
+        queues = self._callers.get(origin)
+        if queues is None:
+            names = caller_queue_names(self.prefix, origin)
+            queues = self._callers[origin] = [
+                MessageQueue.create(name, FRONTEND_QUEUE_CAPACITY) for name in names]
+            self.send(p.caller_queues(origin, *names, bell))
+        return queues[0].name, queues[1].name
+
+    def caller_gone(self, origin: int) -> None:
+        """The stub of `origin` ended: this stub forgets it, and its queues go."""
+        queues = self._callers.pop(origin, None)
+        if queues is not None:
+            if not self._closing:
+                self.send(p.caller_gone(origin))
+            for queue in queues:  # the stub has them mapped until it forgets them
+                queue.unlink()
+                queue.close()
+
     def send_control(self, message: tuple) -> None:
         self.control_q.put(p.encode(message))
 
@@ -305,7 +340,9 @@ class StubProcess:
 
     def _close_shm(self) -> None:
         self._doorbell.close()
-        for queue in (self.main_q, self.control_q, self.up_q, *self._frontend_qs):
+        callers = [queue for queues in self._callers.values() for queue in queues]
+        self._callers.clear()
+        for queue in (self.main_q, self.control_q, self.up_q, *self._frontend_qs, *callers):
             queue.unlink()
             queue.close()
         self._unlink_bell()

@@ -34,13 +34,12 @@ from pbserve.core.scheduling.equal_inputs import EqualInputs
 from pbserve.core.scheduling.reorder import ReorderBuffer
 from pbserve.core.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
+from stub.errors import RESCHEDULE_UNSUPPORTED
 
 TIMEOUT_EXPIRED = "Request timeout expired"
 SHM_RETRY_S = 0.005  # /dev/shm was full: dispatching is tried again after this
 QUEUE_FULL = "Exceeds maximum queue size"
 _UNKNOWN_ID = "<id_unknown>"
-RESCHEDULE_UNSUPPORTED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
-                          "while the model is not configured to handle such a flag.")
 
 
 def reject(pending: PendingRequest, code: ErrorCode, message: str) -> None:

@@ -29,6 +29,10 @@ class Caller(Protocol):
     def waits_on_own_model(self) -> bool:
         """Whether it runs a batch that waits on a BLS call to its own model."""
 
+    def direct_origin(self) -> tuple[int, str] | None:
+        """Its stub's origin and bell, if the stub may send BLS calls to other stubs
+        itself (stub/direct_bls.py); None if not (no stub, or one without a bell)."""
+
 
 def run_call(tasks: dict[tuple[int, int], asyncio.Task], key: tuple[int, int],
              call: Coroutine[Any, Any, None]) -> None:

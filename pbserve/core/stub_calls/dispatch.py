@@ -3,7 +3,9 @@
 A CALL (or CALL_DIRECT, from the stub's main thread) wants one answer, sent with the
 caller's `reply` (or `reply_item` for a stream): a BLS call is bls.py's; a custom metric
 (metrics.py) or model control (model_control.py) call is answered with what its function
-returns, in a task of its own. A NOTIFY (metric deletes from finalizers) wants none.
+returns, in a task of its own; so is a stub's ask for a model's route, to send it BLS
+calls itself (direct.py). A NOTIFY (metric deletes from finalizers; what a stub's direct
+calls add to statistics, or cancel) wants none.
 CALL_CANCEL, BLS_RELEASE and the cancellation of the requests a call serves are BLS's.
 Everything here runs on the server's event loop.
 """
@@ -17,6 +19,7 @@ from collections.abc import Callable
 
 from pbserve.core.stub_calls.bls import BlsCalls, CalledModel
 from pbserve.core.stub_calls.caller import Caller, run_call
+from pbserve.core.stub_calls.direct import DirectCalls
 from pbserve.core.stub_calls.metrics import MetricCalls
 from pbserve.core.stub_calls.model_control import ModelControl, ModelRepository
 from pbserve.core.stub_calls.remote import RemoteModels
@@ -36,10 +39,12 @@ class StubCalls:
         self._bls = BlsCalls(find_model, view)
         self._metrics = MetricCalls()
         self._control = ModelControl(repository)
+        self._direct = DirectCalls(find_model)
         self.custom_metrics = self._metrics.metrics  # rendered on the metrics port
         # op -> what answers a call with a value; op -> what takes a NOTIFY
-        self._answers = {**self._metrics.answers(), **self._control.answers()}
-        self._notices = self._metrics.notices()
+        self._answers = {**self._metrics.answers(), **self._control.answers(),
+                         **self._direct.answers()}
+        self._notices = {**self._metrics.notices(), **self._direct.notices()}
         self._tasks: dict[tuple[int, int], asyncio.Task] = {}  # answers being made
         # BLS's own, bound here (no call between: a BLS call's release comes per call)
         self.cancel = self._bls.cancel_stream  # CALL_CANCEL (ResponseIterator.cancel)
@@ -87,6 +92,7 @@ class StubCalls:
     def caller_gone(self, caller: Caller) -> None:
         """A stub ended: release what it viewed and stop what it asked for."""
         self._bls.caller_gone(caller)
+        self._direct.caller_gone(caller)
         for (owner, _), task in list(self._tasks.items()):
             if owner == id(caller):
                 task.cancel()
