@@ -96,6 +96,13 @@ class _Route:
                          if not optional}
         self.outputs = tuple(outputs)
         self.callees = callees
+        self._turn = os.getpid()  # calls go round the instances, each caller from its own
+
+    def next_callee(self) -> _Callee:
+        """The instance this call goes to: in turn (a caller has one call in flight at a
+        time; callers start at different instances)."""
+        self._turn += 1
+        return self.callees[self._turn % len(self.callees)]
 
     def fits(self, descs: tuple, requested: tuple) -> int | None:
         """The call's batch size (1 for a model that does not batch) if its inputs and
@@ -198,8 +205,7 @@ class DirectBls:
         batch = route.fits(descs, requested)
         if batch is None:
             return None
-        callee = min(route.callees, key=lambda c: sum(
-            [1 for _, _, known, _ in self._inflight.values() if known is c]))
+        callee = route.next_callee()
         if not callee.alive():  # restarting: the core waits for its successor
             self._forget(callee)
             return None

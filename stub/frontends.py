@@ -121,6 +121,12 @@ class Frontends:
         caller.bell.close()
         self._free(tuple(lent))
 
+    @staticmethod
+    def name(origin: int) -> str:
+        """Who `origin` is, in a log line."""
+        return f"frontend process {origin - 1}" if origin < FIRST_STUB_ORIGIN \
+            else f"the calling stub of origin {origin}"
+
     def knows(self, origin: int) -> bool:
         frontend = self._frontends.get(origin)
         return frontend is not None and frontend.answers is not None

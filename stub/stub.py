@@ -634,7 +634,7 @@ class Stub:
 
     def _to_frontend(self, origin: int, message: tuple, outputs: tuple) -> None:
         if not self.frontends.answer(origin, message, outputs):
-            self.log_error(f"frontend process {origin - 1} does not read its answers: "
+            self.log_error(f"{self.frontends.name(origin)} does not read its answers: "
                            f"one of model instance '{self.instance_name}' was dropped")
 
     def _request(self, msg: tuple, lent: list[int]) -> InferenceRequest:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import queue
+import re
 
 import numpy as np
 import pytest
@@ -72,7 +73,8 @@ class TritonPythonModel:
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("direct")
     repo = tmp / "repo"
-    for name in ("sleepy", "cancel_probe", "cancel_coroutine", "coroutine_raises"):
+    for name in ("sleepy", "cancel_probe", "cancel_coroutine", "coroutine_raises",
+                 "bls_to_sleepy"):
         shutil.copytree(ROOT / "tests/models" / name, repo / name)
     shutil.copytree(ROOT / "models/examples/identity", repo / "identity")
     shutil.copytree(ROOT / "models/examples/async_stream", repo / "async_stream")
@@ -304,3 +306,55 @@ def test_bls_calls_go_from_stub_to_stub_while_the_core_process_is_stopped(server
     finally:
         os.kill(server.pid, signal.SIGCONT)
     wait_for(lambda: _count(client, "identity") == before + 8, "the callee's statistics", 10)
+
+
+def _caller_queues() -> set[str]:
+    """The queues of direct BLS calls in /dev/shm (stub.stub.caller_queue_names)."""
+    return {name for name in os.listdir("/dev/shm") if re.search(r"-[kl]\d+$", name)}
+
+
+def _stub_of(server, instance: str) -> int:
+    """The pid of the stub of model instance `instance` (its command line names it)."""
+    (pid,) = [pid for pid in stub_pids(server.pid)
+              if f"\0--name\0{instance}\0".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return pid
+
+
+def test_a_callee_killed_under_a_direct_call_fails_it(server):
+    client = server.http_client(concurrency=2)
+    callee = int(client.infer("bls_to_sleepy", _sleepy(0)).as_numpy("PID")[0])
+    assert callee == _stub_of(server, "sleepy_0_0")
+    old = _caller_queues()
+    assert old  # the direct call's pair
+    pending = client.async_infer("bls_to_sleepy", _sleepy(5000))
+    time.sleep(0.5)  # sleepy sleeps now, its caller waits
+    os.kill(callee, signal.SIGKILL)
+    with pytest.raises(Exception, match="is not healthy"):
+        pending.get_result()
+
+    def served_by_another() -> bool:
+        try:
+            return int(client.infer("bls_to_sleepy", _sleepy(0)).as_numpy("PID")[0]) != callee
+        except Exception:  # restarting
+            return False
+    wait_for(served_by_another, "a new callee", 30)
+    # the dead callee's queues went with it; its successor has a pair with the caller
+    now = _caller_queues()
+    assert len(old - now) == 2 and len(now - old) == 2
+
+
+def test_a_dead_callers_queues_go_and_its_successor_calls(server):
+    client = server.http_client()
+    client.infer("bls_to_sleepy", _sleepy(0))
+    old = _caller_queues()
+    caller = _stub_of(server, "bls_to_sleepy_0_0")
+    os.kill(caller, signal.SIGKILL)
+    wait_for(lambda: len(old - _caller_queues()) == 2, "the dead caller's queues to go", 10)
+
+    def served() -> bool:
+        try:
+            return int(client.infer("bls_to_sleepy", _sleepy(0)).as_numpy("PID")[0]) > 0
+        except Exception:  # restarting
+            return False
+    wait_for(served, "a new caller", 30)
+    assert _caller_queues() and _stub_of(server, "bls_to_sleepy_0_0") != caller
