@@ -25,6 +25,9 @@ import posix_ipc
 from tritonclient.grpc import model_config_pb2 as mc
 
 from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL as RESPONSE_FINAL
+from pbserve.core.latency.hop import EXPECT_EVERY_NS
+from pbserve.core.latency.queue_watch import QueueWatch
+from pbserve.core.latency.spare_cpu import MACHINE
 from pbserve.core.observability.response_stats import (
     CANCEL, EMPTY, FAIL, SUCCESS, ResponseStats)
 from pbserve.core.types import InferRequest, InferResponse, TensorData
@@ -42,6 +45,7 @@ from stub.frontends import first_key, origin_of
 
 log = logging.getLogger("pbserve.frontends")
 ROUTE_TTL_S = 1.0
+ANSWER_WATCH_NS = 1_000_000  # a lone request's answer is polled for this long
 STATS_INTERVAL_S = 0.1  # what direct requests add to statistics goes to the core so often
 
 
@@ -57,6 +61,8 @@ class DirectStub:
         self.instance = instance
         self.outstanding = 0  # this frontend's requests it has not answered
         self.frees = Owed(self._release)  # its output blocks written, to give back
+        self.watch: QueueWatch | None = None  # for a lone request's answer (DirectPath)
+        self.announced_ns = -(2**62)  # when it was last told a request is coming
 
     def _release(self, frees: tuple) -> None:
         try:
@@ -68,9 +74,24 @@ class DirectStub:
         if self.requests.put(p.encode(message), timeout=0):
             self.bell.release()
 
+    def announce(self) -> None:
+        """Tell the stub a request is coming (an empty message): it wakes and polls for
+        it while this process still decodes it, and polls for its BLS answers (as the
+        core's Hop.announce, stub/stub.py `_expect_request`). Not while a message of
+        this frontend waits unread, nor more often than the stub polls for one."""
+        now = time.monotonic_ns()
+        if now - self.announced_ns > EXPECT_EVERY_NS and not self.requests.pending():
+            self.announced_ns = now
+            try:
+                if self.requests.wake():
+                    self.bell.release()
+            except QueueFull:
+                pass
+
     def close(self) -> None:
         self.frees.drop()
         os.close(self.pidfd)
+        self.pidfd = -1
         self.requests.close()
         self.answers.close()
         self.bell.close()
@@ -169,6 +190,12 @@ class DirectPath:
         """Whether a direct request is in flight."""
         return bool(self._waiting)
 
+    def announce(self, route: DirectRoute) -> None:
+        """A request for `route` is coming and none is in flight: where the machine has
+        CPU to spare, the stub it will go to is told (DirectStub.announce)."""
+        if not self._waiting and MACHINE.spare():
+            min(route.stubs, key=lambda s: s.outstanding).announce()
+
     def _stub(self, names: tuple) -> DirectStub:
         stub = self._stubs.get(names)
         if stub is None:
@@ -230,7 +257,18 @@ class DirectPath:
         waiting.arrived_ns, waiting.sent_ns = arrived_ns, time.monotonic_ns()
         waiting.size = batch or 1
         stub.outstanding += 1
+        if len(self._waiting) == 1 and MACHINE.spare():  # a lone request, an idle machine
+            self._watch(stub)
         return key, waiting
+
+    def _watch(self, stub: DirectStub) -> None:
+        """Poll the stub's answer queue for a while (as LinkedCore watches the core's
+        answer: latency/queue_watch.py), so that a short model's answer is read without
+        the doorbell's wake-up of an idle loop."""
+        if stub.watch is None:
+            stub.watch = QueueWatch(asyncio.get_running_loop(), stub.answers.pending,
+                                    self.drain, lambda: stub.pidfd >= 0)
+        stub.watch.extend(ANSWER_WATCH_NS)
 
     async def infer(self, route: DirectRoute, request: InferRequest) -> InferResponse:
         key, waiting = self._send(route, request, stream=False)

@@ -28,7 +28,7 @@ from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
-from pbserve.frontends.direct import DirectPath, DirectRoute
+from pbserve.frontends.direct import ANSWER_WATCH_NS, DirectPath, DirectRoute
 from pbserve.frontends.owed import Owed
 from pbserve.frontends.placer import FrontendPlacer, blocks_of
 from shm import Block, Pool
@@ -37,7 +37,6 @@ from shm.pool import RegionMap
 ANSWER_TIMEOUT_S = 30.0  # a call the core does not answer within this fails
 HANDLE_TTL_S = 1.0
 TRIM_INTERVAL_S = 1.0
-ANSWER_WATCH_NS = 1_000_000  # a lone request's answer is polled for this long
 
 
 class _Call:
@@ -122,8 +121,12 @@ class LinkedCore:
         if self._calls:
             return
         direct = self.direct
-        if direct.busy() or direct.route(name, version) is not None:
-            return  # the core does not see direct requests: it has nothing to get ready
+        if direct.busy():
+            return
+        route = direct.route(name, version)
+        if route is not None:  # the core does not see it: the stub is told itself
+            direct.announce(route)
+            return
         self._channel.send(fp.expect(name, version))
 
     def input_placer(self) -> FrontendPlacer:
