@@ -26,6 +26,7 @@ from pbserve.server.http.limits import (
     DEFAULT_MAX_INPUT_SIZE,
 )
 from pbserve.server.restrictions import CATEGORIES
+from stub.frontends import FIRST_STUB_ORIGIN
 
 Flags = argparse._ActionsContainer  # a parser, or one of its groups
 
@@ -280,8 +281,9 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                      "(its stdin is not one), or --model-debug-port")
     if args.metrics_interval_ms < 1:
         parser.error("--metrics-interval-ms must be at least 1")
-    if args.frontend_processes < 1:
-        parser.error("--frontend-processes must be at least 1")
+    if not 1 <= args.frontend_processes < FIRST_STUB_ORIGIN:
+        parser.error(f"--frontend-processes must be at least 1 and below "
+                     f"{FIRST_STUB_ORIGIN}")
     if args.frontend_processes > 1 and not args.model_repository:
         parser.error("--frontend-processes needs --model-repository (the core's models)")
     if args.frontend_processes > 1 and args.allow_grpc and args.grpc_transport != "zttp":
