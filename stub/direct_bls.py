@@ -67,7 +67,7 @@ class _Callee:
 
     def alive(self) -> bool:
         """Whether its process still runs (its pidfd is readable once it ended)."""
-        return not select.select([self.pidfd], [], [], 0)[0]
+        return self.pidfd >= 0 and not select.select([self.pidfd], [], [], 0)[0]
 
     def send(self, message: tuple) -> None:
         if self.requests.put(p.encode(message), timeout=0):
@@ -78,9 +78,11 @@ class _Callee:
         return tuple([owed.popleft() for _ in range(len(owed))])
 
     def close(self) -> None:
-        os.close(self.pidfd)
-        self.requests.close()
-        self.bell.close()  # (its answer queue is the inbox's: closed there)
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+            self.requests.close()
+            self.bell.close()  # (its answer queue is the inbox's: closed there)
 
 
 class _Route:
@@ -168,6 +170,8 @@ class DirectBls:
                                    [self._callee(tuple(s)) for s in stubs])
                 except OSError:  # a stub ended meanwhile (its names are gone)
                     route = None
+            for callee in [c for c in self._callees.values() if not c.alive()]:
+                self._forget(callee)  # one no route names any more (its successor does)
             kept = self._routes[key] = (now + ROUTE_TTL_S, route)
         return kept[1]
 

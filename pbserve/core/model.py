@@ -246,11 +246,12 @@ class Model:
         max_batch_size, inputs (name, datatype, dims, optional) and output names, and
         each READY instance's queue names (from that stub, to it), its stub's bell, pid,
         instance name; with the stub processes that made queues for it. None where the
-        calls must pass through the core: as `direct_route`, and a call to the caller's
-        own model, an input with a reshape or a shape tensor."""
+        calls must pass through the core: as `direct_route`, and a decoupled model (the
+        core refuses a unary call to it), the caller's own model, an input with a reshape
+        or a shape tensor."""
         instances = self._direct_instances()
         cfg = self.cfg
-        if instances is None or caller in instances \
+        if instances is None or self.decoupled or caller in instances \
                 or any([i.HasField("reshape") or i.is_shape_tensor for i in cfg.input]):
             return None
         stubs, processes = [], []

@@ -68,6 +68,22 @@ class TritonPythonModel:
             for r in requests]
 """
 
+UNARY_TO_STREAM = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        prompt = pb_utils.Tensor("PROMPT", np.array([b"hi"], dtype=np.object_))
+        answer = pb_utils.InferenceRequest(
+            model_name="async_stream", inputs=[prompt],
+            requested_output_names=["TEXT"]).exec()
+        text = answer.error().message() if answer.has_error() else "no error"
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "ERROR", np.array([text.encode()], dtype=np.object_))]) for _ in requests]
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -98,6 +114,12 @@ def server(tmp_path_factory):
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
     (repo / "twice" / "1" / "model.py").write_text(TWICE)
+    (repo / "unary_to_stream" / "1").mkdir(parents=True)  # exec() on a decoupled model
+    (repo / "unary_to_stream" / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "ERROR" data_type: TYPE_STRING dims: [ 1 ] } ]\n')
+    (repo / "unary_to_stream" / "1" / "model.py").write_text(UNARY_TO_STREAM)
     with running_server(repo, log_path=tmp / "server.log",
                         args=["--frontend-processes", "2", "--model-control-mode",
                               "explicit", "--load-model", "*"]) as srv:
@@ -358,3 +380,11 @@ def test_a_dead_callers_queues_go_and_its_successor_calls(server):
             return False
     wait_for(served, "a new caller", 30)
     assert _caller_queues() and _stub_of(server, "bls_to_sleepy_0_0") != caller
+
+
+def test_a_unary_call_to_a_decoupled_model_is_refused_in_tritons_words(server):
+    """Not a direct call (its callee answers with a stream): the core refuses it."""
+    tensor = httpclient.InferInput("X", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+    result = server.http_client(network_timeout=20).infer("unary_to_stream", [tensor])
+    assert "async_stream is using the decoupled" in result.as_numpy("ERROR")[0].decode()
