@@ -163,8 +163,12 @@ class Frontends:
                 frontend.lent.difference_update(frees)
 
     def reading(self) -> bool:
-        """Whether a frontend still reads outputs it was sent."""
-        return any([frontend.lent for frontend in self._frontends.values()])
+        """Whether a frontend process still reads outputs it was sent (a stub at unload
+        waits for that: a frontend maps a region by its name when it reads, and the name
+        goes with the stub). A calling stub is not waited for: it mapped the regions of
+        its answers when it took them, and its mappings outlive the names."""
+        return any([frontend.lent for frontend in self._frontends.values()
+                    if frontend.bell is None])
 
 
 def _ringer(fd: int) -> Callable[[], None]:
