@@ -89,7 +89,15 @@ class DirectStub:
                 pass
 
     def close(self) -> None:
+        """What this frontend still owes the stub is given back first (a stub that
+        unloads waits for it: stub/frontends.py `reading`)."""
+        frees = self.frees.take()
         self.frees.drop()
+        if frees and self.pidfd >= 0:
+            try:
+                self.send(p.release(frees))
+            except (QueueFull, OSError):
+                pass  # (the stub is gone, or does not read)
         os.close(self.pidfd)
         self.pidfd = -1
         self.requests.close()
