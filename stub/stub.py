@@ -9,7 +9,9 @@ Three queues connect it to the parent (all in shm):
 - up (stub -> parent): everything the stub says.
 With frontend processes, each also has a queue to the stub and one back (stub/frontends.py):
 the main thread reads the main queue and theirs as one inbox (stub/inbox.py), and answers
-a frontend's batch to it.
+a frontend's batch to it. Other stubs may then send it BLS calls the same way, on a
+queue pair the core makes for each caller (CALLER_QUEUES), and it sends its own blocking
+BLS calls to other stubs so (stub/direct_bls.py).
 """
 
 from __future__ import annotations
