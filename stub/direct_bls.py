@@ -38,6 +38,7 @@ from backend_utils.error import TritonError
 from shm.cuda_region import is_cuda_token
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
+from stub.direct_counts import DirectCounts
 from stub.direct_replies import DirectReplies
 from stub.errors import RESCHEDULE_UNSUPPORTED
 from stub.frontends import first_key
@@ -147,7 +148,7 @@ class DirectBls:
         self._inflight: dict[int, tuple[str, str, _Callee, frozenset]] = {}
         self._cancelled: set[int] = set()  # requests cancelled while calls serve them
         self._lock = threading.Lock()  # _inflight and _cancelled: the control thread too
-        self._stats: dict[tuple[str, str, int], list[int]] = {}
+        self._stats = DirectCounts()  # not told yet
         self._stats_sent_ns = 0
 
     def on_main_thread(self) -> bool:
@@ -234,13 +235,14 @@ class DirectBls:
         now = time.monotonic_ns()
         if answer is None:  # the callee died under the call
             self._forget(callee)
-            self._count(name, route.version, batch, True, now - sent_ns)
+            self._stats.add(name, route.version, batch, True, now - sent_ns, now - sent_ns)
             return p.response_record((int(TritonError.INTERNAL), (
                 f"Stub process '{callee.instance}' is not healthy: it exited while model "
                 f"'{name}' was running")), (), "{}"), None
         kind, _, error, responses, _ = answer
         failed = error is not None or kind == p.DROPPED
-        self._count(name, route.version, batch, failed, now - sent_ns)
+        self._stats.add(name, route.version, batch, failed, now - sent_ns,
+                        now - sent_ns)  # (the call's time is its compute time too)
         if error is not None:
             return p.response_record((int(TritonError.INTERNAL), error), (), "{}"), None
         ((_, response),) = responses
@@ -286,25 +288,11 @@ class DirectBls:
         if self._stats and time.monotonic_ns() - self._stats_sent_ns \
                 >= STATS_INTERVAL_S * 1e9:
             self._stats_sent_ns = time.monotonic_ns()
-            entries = tuple((*key, *figures) for key, figures in self._stats.items())
-            self._stats.clear()
-            self._send(p.notify("direct_stats", (entries,)))
+            self._send(p.notify("direct_stats", (self._stats.take(),)))
 
     def owes(self) -> bool:
         """Whether `after_execute` has something to send."""
         return bool(self._stats) or any([c.owed for c in self._callees.values()])
-
-    def _count(self, model: str, version: str, size: int, failed: bool, took_ns: int
-               ) -> None:
-        """As a frontend counts a direct request (DirectPath._count): the call's time is
-        its compute time too."""
-        figures = self._stats.get((model, version, size))
-        if figures is None:
-            figures = self._stats[(model, version, size)] = [0, 0, 0, 0, 0]
-        figures[0] += 1
-        figures[1] += failed
-        figures[3 if failed else 2] += took_ns
-        figures[4] += took_ns
 
 
 def _answer_to(key: int) -> Callable[[bytes], tuple | None]:

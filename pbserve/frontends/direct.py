@@ -40,6 +40,7 @@ from shm import Block, Pool
 from shm.pool import RegionMap
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
+from stub.direct_counts import DirectCounts
 from stub.errors import RESCHEDULE_UNSUPPORTED
 from stub.frontends import first_key, origin_of
 
@@ -160,8 +161,7 @@ class DirectPath:
                  ask: Callable[..., Any], tell: Callable[[tuple], None]) -> None:
         self._slot = slot
         self._tell = tell
-        # (model, version, batch size) -> fp.direct_stats' figures not told yet
-        self._stats: dict[tuple[str, str, int], list[int]] = {}
+        self._stats = DirectCounts()  # not told yet
         # (model, version) -> a decoupled model's response statistics not told yet
         self._response_stats: dict[tuple[str, str], ResponseStats] = {}
         self._stats_scheduled = False
@@ -410,14 +410,8 @@ class DirectPath:
 
     def _count(self, waiting: _Waiting, failed: bool) -> None:
         now = time.monotonic_ns()
-        key = (waiting.model, waiting.version, waiting.size)
-        figures = self._stats.get(key)
-        if figures is None:
-            figures = self._stats[key] = [0, 0, 0, 0, 0]
-        figures[0] += 1
-        figures[1] += failed
-        figures[3 if failed else 2] += now - waiting.arrived_ns
-        figures[4] += waiting.compute_ns or now - waiting.sent_ns
+        self._stats.add(waiting.model, waiting.version, waiting.size, failed,
+                        now - waiting.arrived_ns, waiting.compute_ns or now - waiting.sent_ns)
         self._stats_due()
 
     def _stats_due(self) -> None:
@@ -430,12 +424,10 @@ class DirectPath:
         frontend asks it for statistics: the core reads the channel in order)."""
         self._stats_scheduled = False
         if self._stats or self._response_stats:
-            entries = tuple((*key, *figures) for key, figures in self._stats.items())
             responses = tuple((*key, stats.figures())
                               for key, stats in self._response_stats.items())
-            self._stats.clear()
             self._response_stats.clear()
-            self._tell(fp.direct_stats(entries, responses))
+            self._tell(fp.direct_stats(self._stats.take(), responses))
 
     def _read(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
         """A ResponseMsg into `response`; one this process cannot read becomes its
