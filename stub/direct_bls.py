@@ -32,37 +32,30 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import posix_ipc
 
 from backend_utils.error import TritonError
 from shm.cuda_region import is_cuda_token
-from shm.queue import MessageQueue, QueueFull
+from shm.queue import QueueFull
 from stub import protocol as p
 from stub.direct_counts import DirectCounts
 from stub.direct_replies import DirectReplies
 from stub.errors import RESCHEDULE_UNSUPPORTED
 from stub.frontends import first_key
 from stub.inbox import Inbox
+from stub.peer import StubPeer
 
 ROUTE_TTL_S = 1.0
 STATS_INTERVAL_S = 0.1  # what the calls add to statistics goes to the core so often
 Frees = tuple[tuple[str, int], ...]
 
 
-class _Callee:
-    """One stub this stub calls directly; `origin`: its answers' origin in the inbox."""
+class _Callee(StubPeer):
+    """One stub this stub calls directly; `origin`: its answers' origin in the inbox
+    (which reads and closes its answer queue)."""
 
     def __init__(self, requests: str, answers: str, bell: str, pid: int, instance: str,
                  origin: int) -> None:
-        self.pidfd = os.pidfd_open(pid)  # first: a stub gone already fails the route
-        try:
-            self.requests = MessageQueue.attach(requests)
-            self.answers = MessageQueue.attach(answers)
-            self.bell = posix_ipc.Semaphore(bell)
-        except BaseException:
-            os.close(self.pidfd)
-            raise
-        self.instance = instance
+        super().__init__(requests, answers, bell, pid, instance)
         self.origin = origin
         self.owed: collections.deque[tuple[str, int]] = collections.deque()  # any thread
 
@@ -70,20 +63,9 @@ class _Callee:
         """Whether its process still runs (its pidfd is readable once it ended)."""
         return self.pidfd >= 0 and not select.select([self.pidfd], [], [], 0)[0]
 
-    def send(self, message: tuple) -> None:
-        if self.requests.put(p.encode(message), timeout=0):
-            self.bell.release()
-
     def take_owed(self) -> Frees:
         owed = self.owed
         return tuple([owed.popleft() for _ in range(len(owed))])
-
-    def close(self) -> None:
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
-            self.requests.close()
-            self.bell.close()  # (its answer queue is the inbox's: closed there)
 
 
 class _Route:

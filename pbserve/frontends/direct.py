@@ -16,12 +16,10 @@ import asyncio
 import itertools
 import json
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import posix_ipc
 from tritonclient.grpc import model_config_pb2 as mc
 
 from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL as RESPONSE_FINAL
@@ -38,11 +36,12 @@ from pbserve.frontends.owed import Owed
 from pbserve.frontends.placer import blocks_of
 from shm import Block, Pool
 from shm.pool import RegionMap
-from shm.queue import MessageQueue, QueueFull
+from shm.queue import QueueFull
 from stub import protocol as p
 from stub.direct_counts import DirectCounts
 from stub.errors import RESCHEDULE_UNSUPPORTED
 from stub.frontends import first_key, origin_of
+from stub.peer import StubPeer
 
 log = logging.getLogger("pbserve.frontends")
 ROUTE_TTL_S = 1.0
@@ -50,16 +49,12 @@ ANSWER_WATCH_NS = 1_000_000  # a lone request's answer is polled for this long
 STATS_INTERVAL_S = 0.1  # what direct requests add to statistics goes to the core so often
 
 
-class DirectStub:
+class DirectStub(StubPeer):
     """One stub, as this frontend reaches it; `pidfd` becomes readable when it ends."""
 
     def __init__(self, requests: str, answers: str, bell: str, pid: int,
                  instance: str) -> None:
-        self.pidfd = os.pidfd_open(pid)  # first: a stub gone already fails the route
-        self.requests = MessageQueue.attach(requests)
-        self.answers = MessageQueue.attach(answers)
-        self.bell = posix_ipc.Semaphore(bell)
-        self.instance = instance
+        super().__init__(requests, answers, bell, pid, instance)
         self.outstanding = 0  # this frontend's requests it has not answered
         self.frees = Owed(self._release)  # its output blocks written, to give back
         self.watch: QueueWatch | None = None  # for a lone request's answer (DirectPath)
@@ -70,10 +65,6 @@ class DirectStub:
             self.send(p.release(frees))
         except QueueFull:
             self.frees.restore(frees)
-
-    def send(self, message: tuple) -> None:
-        if self.requests.put(p.encode(message), timeout=0):
-            self.bell.release()
 
     def announce(self) -> None:
         """Tell the stub a request is coming (an empty message): it wakes and polls for
@@ -99,11 +90,8 @@ class DirectStub:
                 self.send(p.release(frees))
             except (QueueFull, OSError):
                 pass  # (the stub is gone, or does not read)
-        os.close(self.pidfd)
-        self.pidfd = -1
-        self.requests.close()
+        super().close()
         self.answers.close()
-        self.bell.close()
 
 
 class DirectRoute:
