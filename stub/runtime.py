@@ -35,9 +35,9 @@ class StubLink(Protocol):
     def send(self, message: tuple) -> None:
         """Put a message on the up queue (blocks while the queue is full)."""
 
-    def respond(self, key: int, message: tuple, outputs: tuple = ()) -> None:
-        """Send a response of request `key` (whose output blocks are `outputs`) to
-        whoever sent the request: the parent, or a frontend process."""
+    def respond(self, key: int, response: tuple | None, flags: int) -> None:
+        """Send a SEND of request `key` (its ResponseMsg or None, its flags) to whoever
+        sent the request: the parent, or a frontend process."""
 
     def sending(self) -> bool:
         """Whether a send is under way now (a finaliser must not wait for it)."""
@@ -75,12 +75,10 @@ class StubRuntime:
                       flags: int) -> None:
         key = request._key
         msg = None
-        outputs: tuple = ()
         if response is not None:
             msg = response_msg(response, request._requested_output_names, self._memory,
                                request._output_shm, request._gpu_outputs)
-            outputs = tuple([(o[3], o[4]) for o in msg[p.RESP_OUTPUTS]])
-        self._stub.respond(key, p.send(key, msg, int(flags)), outputs)
+        self._stub.respond(key, msg, int(flags))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._stub.request_closed(key)
 

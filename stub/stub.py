@@ -624,15 +624,16 @@ class Stub:
                         for o in msg[p.RESP_OUTPUTS])
         self._to_frontend(self._origin, message, outputs)
 
-    def respond(self, key: int, message: tuple, outputs: tuple = ()) -> None:
-        """A decoupled model's response to request `key` (a SEND whose outputs are
-        `outputs`), from any thread: to the parent, or to the frontend process that sent
-        the request (its key says which: stub/frontends.py)."""
+    def respond(self, key: int, response: tuple | None, flags: int) -> None:
+        """A decoupled model's SEND for request `key` (its ResponseMsg or None, its
+        flags), from any thread: to the parent, or to the frontend process that sent the
+        request (its key says which: stub/frontends.py), which reads its outputs."""
         origin = origin_of_key(key)
         if origin == PARENT:
-            self.send(message)
+            self.send(p.send(key, response, flags))
         else:
-            self._to_frontend(origin, message, outputs)
+            self._to_frontend(origin, p.send(key, response, flags), () if response is None
+                              else tuple([(o[3], o[4]) for o in response[p.RESP_OUTPUTS]]))
 
     def _to_frontend(self, origin: int, message: tuple, outputs: tuple) -> None:
         if not self.frontends.answer(origin, message, outputs):
@@ -669,8 +670,8 @@ class Stub:
             with self._open_lock:
                 still_open = req._key in self._open
             if still_open:
-                self.respond(req._key, p.send(req._key, p.response_record(
-                    (int(code), message), (), "{}"), TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+                self.respond(req._key, p.response_record((int(code), message), (), "{}"),
+                             TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 self.request_closed(req._key)
 
     def on_sequence_terminated(self, correlation_id: int | str, reason: str) -> None:
