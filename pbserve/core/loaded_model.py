@@ -31,15 +31,12 @@ class LoadedModel:
         return self._model.cfg.max_batch_size > 0
 
     def direct_route(self, slot: int) -> tuple | None:
-        """Model.direct_route; None for an ensemble."""
-        model = self._model
-        return model.direct_route(slot) if isinstance(model, Model) else None
+        """Model.direct_route, EnsembleModel.direct_route."""
+        return self._model.direct_route(slot)
 
     def add_direct_stats(self, *figures: int) -> None:
-        """Model.add_direct_stats."""
-        model = self._model
-        if isinstance(model, Model):
-            model.add_direct_stats(*figures)
+        """Model.add_direct_stats, EnsembleModel.add_direct_stats."""
+        self._model.add_direct_stats(*figures)
 
     def add_direct_responses(self, figures: dict) -> None:
         """Model.add_direct_responses."""

@@ -95,15 +95,21 @@ class DirectStub(StubPeer):
 
 
 class DirectRoute:
-    """A model whose requests go to its stubs directly."""
+    """A model whose requests go to its stubs directly; or an ensemble this frontend
+    runs itself (`ensemble`: its EnsembleRequests, frontends/ensembles.py; no stubs)."""
 
-    def __init__(self, version: str, cfg: bytes, stubs: list[DirectStub]) -> None:
-        config = mc.ModelConfig.FromString(cfg)
+    def __init__(self, version: str, config: mc.ModelConfig, stubs: list[DirectStub],
+                 ensemble: Any = None) -> None:
         self.version = version
         self.validator = RequestValidator(config)
         self.output_names = tuple(o.name for o in config.output)
         self.decoupled = config.model_transaction_policy.decoupled
         self.stubs = stubs
+        self.ensemble = ensemble
+        # an ensemble's first steps' models (announced as its requests come)
+        self.first_steps: tuple[tuple[str, str], ...] = tuple(
+            (s.model_name, str(s.model_version) if s.model_version >= 0 else "")
+            for s in config.ensemble_scheduling.step) if ensemble is not None else ()
 
 
 class _Waiting:
@@ -143,11 +149,15 @@ class _Waiting:
 
 class DirectPath:
     """This frontend's routes, the stubs it reaches, and its requests in flight to them.
-    `ask(method, *args)`: a call to the core (LinkedCore._ask)."""
+    `ask(method, *args)`: a call to the core (LinkedCore._ask); `ensemble(name, version,
+    config)`: the requests of an ensemble the core lets this frontend run."""
 
     def __init__(self, slot: int, pool: Pool, regions: RegionMap,
-                 ask: Callable[..., Any], tell: Callable[[tuple], None]) -> None:
+                 ask: Callable[..., Any], tell: Callable[[tuple], None],
+                 ensemble: Callable[[str, str, mc.ModelConfig], Any] | None = None
+                 ) -> None:
         self._slot = slot
+        self._ensemble = ensemble
         self._tell = tell
         self._stats = DirectCounts()  # not told yet
         # (model, version) -> a decoupled model's response statistics not told yet
@@ -174,11 +184,17 @@ class DirectPath:
             route = None
             if answer is not None:
                 model_version, cfg, stubs = answer
-                try:
-                    route = DirectRoute(model_version, cfg,
-                                        [self._stub(tuple(s)) for s in stubs])
-                except OSError:  # a stub ended meanwhile (its names are gone)
-                    route = None
+                config = mc.ModelConfig.FromString(cfg)
+                if stubs is None:  # an ensemble: run here, or through the core
+                    if self._ensemble is not None:
+                        route = DirectRoute(model_version, config, [], self._ensemble(
+                            name, model_version, config))
+                else:
+                    try:
+                        route = DirectRoute(model_version, config,
+                                            [self._stub(tuple(s)) for s in stubs])
+                    except OSError:  # a stub ended meanwhile (its names are gone)
+                        route = None
             kept = self._routes[key] = (now + ROUTE_TTL_S, route)
         return kept[1]
 
@@ -188,9 +204,16 @@ class DirectPath:
 
     def announce(self, route: DirectRoute) -> None:
         """A request for `route` is coming and none is in flight: where the machine has
-        CPU to spare, the stub it will go to is told (DirectStub.announce)."""
-        if not self._waiting and MACHINE.spare():
+        CPU to spare, the stub it will go to is told (DirectStub.announce); for an
+        ensemble, those of its first steps' models."""
+        if self._waiting or not MACHINE.spare():
+            return
+        if route.stubs:
             min(route.stubs, key=lambda s: s.outstanding).announce()
+        for name, version in route.first_steps:
+            first = self.route(name, version)
+            if first is not None and first.stubs:
+                min(first.stubs, key=lambda s: s.outstanding).announce()
 
     def _stub(self, names: tuple) -> DirectStub:
         stub = self._stubs.get(names)
@@ -222,16 +245,25 @@ class DirectPath:
                                       error=ServerError(code, error)))
         self._count(waiting, True)
 
-    def _send(self, route: DirectRoute, request: InferRequest, stream: bool) -> tuple[
-            int, _Waiting]:
+    def _send(self, route: DirectRoute, request: InferRequest, stream: bool,
+              lent: tuple | None = None) -> tuple[int, _Waiting]:
         """The request validated, placed and sent to the instance with the fewest of
-        this frontend's requests outstanding: its key, and where its answers go."""
+        this frontend's requests outstanding: its key, and where its answers go.
+        `lent`: where its inputs lie in shm already (an ensemble step's: its earlier
+        steps' outputs, kept by the ensemble until this step is done), by input; one
+        with no region ("") is placed as any request's."""
         arrived_ns = time.monotonic_ns()
         batch = route.validator.validate(request)
         # (none is in a client region: such requests go through the core)
-        blocks = [b for b in blocks_of(request.inputs, self._pool) if b is not None]
-        descs = tuple((t.name, t.datatype, route.validator.model_shape(t, batch), b.region,
-                       b.offset, b.nbytes) for t, b in zip(request.inputs, blocks))
+        inputs = request.inputs
+        if lent is None:
+            blocks = [b for b in blocks_of(inputs, self._pool) if b is not None]
+            where = [(b.region, b.offset, b.nbytes) for b in blocks]
+        else:
+            blocks, where = self._place_unlent(inputs, lent)
+        model_shape = route.validator.model_shape
+        descs = tuple((t.name, t.datatype, model_shape(t, batch), *w)
+                      for t, w in zip(inputs, where))
         key = next(self._keys)
         msg = p.request_msg(
             key=key, request_id=request.id, correlation_id=request.correlation_id,
@@ -257,6 +289,23 @@ class DirectPath:
             self._watch(stub)
         return key, waiting
 
+    def _place_unlent(self, inputs: list[TensorData], lent: tuple
+                      ) -> tuple[list[Block], list[tuple]]:
+        """The blocks placed for the inputs `lent` has no region for, and each input's
+        (region, offset, nbytes)."""
+        unlent = [t for t, desc in zip(inputs, lent) if not desc[3]]
+        blocks = [b for b in blocks_of(unlent, self._pool) if b is not None] \
+            if unlent else []
+        placed = iter(blocks)
+        where = []
+        for desc in lent:
+            if desc[3]:
+                where.append(desc[3:6])
+            else:
+                block = next(placed)
+                where.append((block.region, block.offset, block.nbytes))
+        return blocks, where
+
     def _watch(self, stub: DirectStub) -> None:
         """Poll the stub's answer queue for a while (as LinkedCore watches the core's
         answer: latency/queue_watch.py), so that a short model's answer is read without
@@ -266,8 +315,9 @@ class DirectPath:
                                     self.drain, lambda: stub.pidfd >= 0)
         stub.watch.extend(ANSWER_WATCH_NS)
 
-    async def infer(self, route: DirectRoute, request: InferRequest) -> InferResponse:
-        key, waiting = self._send(route, request, stream=False)
+    async def infer(self, route: DirectRoute, request: InferRequest,
+                    lent: tuple | None = None) -> InferResponse:
+        key, waiting = self._send(route, request, False, lent)
         assert waiting.future is not None
         try:
             return await waiting.future
@@ -276,10 +326,10 @@ class DirectPath:
             self._leave(key, waiting)
             raise
 
-    async def stream_infer(self, route: DirectRoute, request: InferRequest
-                           ) -> AsyncIterator[InferResponse]:
+    async def stream_infer(self, route: DirectRoute, request: InferRequest,
+                           lent: tuple | None = None) -> AsyncIterator[InferResponse]:
         """The request's responses, the final one last (a decoupled model's stream)."""
-        key, waiting = self._send(route, request, stream=True)
+        key, waiting = self._send(route, request, True, lent)
         queue = waiting.queue
         assert queue is not None
         final = False
@@ -398,8 +448,19 @@ class DirectPath:
 
     def _count(self, waiting: _Waiting, failed: bool) -> None:
         now = time.monotonic_ns()
-        self._stats.add(waiting.model, waiting.version, waiting.size, failed,
-                        now - waiting.arrived_ns, waiting.compute_ns or now - waiting.sent_ns)
+        self.count(waiting.model, waiting.version, waiting.size, failed,
+                   now - waiting.arrived_ns, waiting.compute_ns or now - waiting.sent_ns)
+
+    def count(self, model: str, version: str, size: int, failed: bool, took_ns: int,
+              compute_ns: int) -> None:
+        """A request this frontend ran without the core (sent to a stub; or an
+        ensemble's, compute its steps'): told to the core with the next figures."""
+        self._stats.add(model, version, size, failed, took_ns, compute_ns)
+        self._stats_due()
+
+    def count_cancelled(self, model: str, version: str, size: int) -> None:
+        """An ensemble's request whose client left (DirectCounts.cancelled)."""
+        self._stats.cancelled(model, version, size)
         self._stats_due()
 
     def _stats_due(self) -> None:
@@ -439,6 +500,7 @@ class DirectPath:
         view = self._regions.view
         response.outputs = [TensorData(name, datatype, shape, view(region, offset, nbytes))
                             for name, datatype, shape, region, offset, nbytes in outputs]
+        response._descs = outputs  # where they lie (an ensemble's next steps read there)
         if params and params != "{}":
             response.parameters = json.loads(params)
         if outputs:

@@ -22,6 +22,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pbserve.core.ensemble.requests import EnsembleRequests
 from pbserve.core.latency.spare_cpu import MACHINE
 from pbserve.core.observability.log_settings import SERVER_LOG, LogSettings
 from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
@@ -29,6 +32,7 @@ from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
 from pbserve.frontends.direct import ANSWER_WATCH_NS, DirectPath, DirectRoute
+from pbserve.frontends.ensembles import frontend_ensemble
 from pbserve.frontends.owed import Owed
 from pbserve.frontends.placer import FrontendPlacer, blocks_of
 from shm import Block, Pool
@@ -73,7 +77,8 @@ class LinkedCore:
         self._applying_core_log = False
         self._trim: asyncio.TimerHandle | None = None
         self.shared_memory = _SharedMemory(self)
-        self.direct = DirectPath(slot, pool, self._regions, self._ask, self._channel.send)
+        self.direct = DirectPath(slot, pool, self._regions, self._ask, self._channel.send,
+                                 self._ensemble)
         self._handlers: dict[int, Callable[[tuple], None]] = {
             fp.RESPONSE: self._on_response, fp.INPUTS_DONE: self._on_inputs_done,
             fp.REPLY: self._on_reply, fp.FORGET_REGIONS: self._on_forget_regions,
@@ -140,6 +145,12 @@ class LinkedCore:
             decoupled, batched = self._ask("model_handle", name, version)
             kept = self._handles[key] = (now + HANDLE_TTL_S, decoupled, batched)
         return LinkedModel(self, name, version, kept[1], kept[2])
+
+    def _ensemble(self, name: str, version: str, cfg: mc.ModelConfig) -> EnsembleRequests:
+        """The requests of an ensemble this frontend runs itself (DirectPath.route)."""
+        direct = self.direct
+        return frontend_ensemble(name, version, cfg, self.model_handle, self._pool,
+                                 direct.count, direct.count_cancelled)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         return self.model_handle(name, version).decoupled
@@ -412,6 +423,10 @@ class LinkedModel:
         the instances are busy anyway, and the hint would cost the core a wake-up."""
         self._core.expect(self._name, self._version)
 
+    def expect_request(self) -> None:
+        """An ensemble's step will call this model (its StepModel): as `expect`."""
+        self._core.expect(self._name, self._version)
+
     def output_labels(self, output: str) -> list[bytes] | None:
         return self._core._ask("output_labels", self._name, self._version, output)
 
@@ -425,16 +440,23 @@ class LinkedModel:
 
     async def infer(self, request: InferRequest, descs: tuple | None = None
                     ) -> InferResponse:
+        """`descs`: where an ensemble step's inputs lie already (EnsembleRun), passed on
+        to a stub reached directly; through the core, the inputs are copied."""
         route = self._direct_route(request)
-        if route is not None and not route.decoupled:  # (the core refuses a decoupled one)
-            return await self._core.direct.infer(route, request)
+        if route is not None:
+            if route.ensemble is not None:
+                return await route.ensemble.infer(request, descs)
+            if not route.decoupled:  # (the core refuses a decoupled one)
+                return await self._core.direct.infer(route, request, descs)
         return await self._core.infer(request)
 
     def stream_infer(self, request: InferRequest, descs: tuple | None = None
                      ) -> AsyncIterator[InferResponse]:
         route = self._direct_route(request)
         if route is not None:
-            return self._core.direct.stream_infer(route, request)
+            if route.ensemble is not None:
+                return route.ensemble.stream_infer(request, descs)
+            return self._core.direct.stream_infer(route, request, descs)
         return self._core.stream_infer(request)
 
 

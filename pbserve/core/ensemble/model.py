@@ -13,23 +13,24 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.core.cache.cached_infer import infer_cached, new_load
 from pbserve.core.cache.store import ResponseStore
-from pbserve.core.ensemble.scheduler import EnsembleRun, StepError, StepModel, Value
+from pbserve.core.ensemble.remote_step import RemoteStep
+from pbserve.core.ensemble.requests import EnsembleRequests
+from pbserve.core.ensemble.scheduler import StepModel
 from pbserve.core.ensemble.steps import ensemble_graph
 from pbserve.core.ensemble.validation import validate_ensemble
 from pbserve.core.memory.block_refs import BlockRefs
-from pbserve.core.model import unary_on_decoupled
 from pbserve.core.observability import metrics
 from pbserve.core.observability.metrics import ModelStats
 from pbserve.core.observability.tracing import TRACER
-from pbserve.core.validation import RequestValidator
-from pbserve.core.types import InferRequest, InferResponse
-from pbserve.errors import ErrorCode, ServerError, invalid_arg
+from pbserve.core.types import InferRequest, InferResponse, TensorData
+from pbserve.errors import ServerError, invalid_arg
+from shm import Block
 
 log = logging.getLogger("pbserve.core")
 FindModel = Callable[[str, str], StepModel]
@@ -52,11 +53,10 @@ class EnsembleModel:
         self.stats = ModelStats(name, self.version)
         self.graph = ensemble_graph(cfg)
         self._find_model = find_model
-        self._refs = refs
-        self._validator = RequestValidator(cfg)
-        self._output_names = [o.name for o in cfg.output]
-        self._runs: set[asyncio.Task] = set()
-        self._unneeded: dict[tuple[str, ...], frozenset[int]] = {}  # by outputs asked for
+        self._counts = _StatsCounts(self.stats)
+        self.requests = EnsembleRequests(
+            name, self.version, cfg, self.graph, find_model, _ParentInputs(refs),
+            self._counts, self._sample_trace)
         # Triton caches an ensemble's responses at its top level (not per step)
         self._cache = cache if cfg.response_cache.enable else None
         self._cache_load = new_load()  # this load's entries only (cached_infer.py)
@@ -85,9 +85,10 @@ class EnsembleModel:
     async def unload(self) -> None:
         """Requests running through the graph finish first (their steps are requests to
         models that are still loaded), for 30 s at most; then they are cancelled."""
-        if self._runs:
-            await asyncio.wait(list(self._runs), timeout=30.0)
-        for task in list(self._runs):
+        runs = self.requests.runs
+        if runs:
+            await asyncio.wait(list(runs), timeout=30.0)
+        for task in list(runs):
             task.cancel()
 
     def retire(self) -> None:
@@ -117,162 +118,116 @@ class EnsembleModel:
             except ServerError:
                 pass
 
+    def _sample_trace(self, request: InferRequest) -> Any:
+        return TRACER.sample(self.name, self.version, request.id, request.trace_headers) \
+            if TRACER.enabled else None
+
+    def direct_route(self, slot: int) -> tuple | None:
+        """What a frontend process needs to run this ensemble's requests itself
+        (pbserve/frontends/ensembles.py): its version and config (serialized), and None
+        where the stubs' queues of a Model's route are. None where its requests must
+        pass through the core: the response cache, tracing, a step that another
+        process of the request plane serves."""
+        if self._cache is not None or TRACER.enabled:
+            return None
+        for step in self.graph.steps:
+            try:
+                if isinstance(self._find_model(step.model_name, step.version), RemoteStep):
+                    return None
+            except ServerError:
+                return None
+        return self.version, self.cfg.SerializeToString(), None
+
     def step_model(self, name: str, version: str = "") -> StepModel:
         """The loaded model a step named `name` calls now (NOT_FOUND if none)."""
         return self._find_model(name, version)
 
     # -- requests ---------------------------------------------------------------------
     async def infer(self, request: InferRequest, descs: tuple | None = None) -> InferResponse:
-        if self.decoupled:
-            raise unary_on_decoupled(self.name, request.id)
-        if self._cache is not None and descs is None and not request.uses_shm:
-            self._validator.validate(request)
-            requested = tuple(request.requested_outputs or self._output_names)
+        requests = self.requests
+        if self._cache is not None and descs is None and not request.uses_shm \
+                and not self.decoupled:
+            requests.validator.validate(request)
+            requested = tuple(request.requested_outputs or requests.output_names)
             return await infer_cached(self._cache, self.stats, self.name, self.version,
-                                      request, requested, lambda: self._infer(request, None),
+                                      request, requested, lambda: requests.infer(request),
                                       self._cache_load)
-        return await self._infer(request, descs)
+        return await requests.infer(request, descs)
 
-    async def _infer(self, request: InferRequest, descs: tuple | None) -> InferResponse:
-        responses: list[InferResponse] = []
-        error = await self._run(request, descs, responses.append)
-        if error is not None:
-            for response in responses:
-                response.release()
-            return self._error(request, error)
-        if not responses:  # validation guarantees one: never reached but said clearly
-            return self._error(request, ServerError(
-                ErrorCode.INTERNAL, f"ensemble '{self.name}' produced no response"))
-        response = responses[0]
-        response.final = True
-        return response
-
-    async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
-                           on_submit: Callable[[asyncio.Task], None] | None = None
-                           ) -> AsyncIterator[InferResponse]:
-        """Every response the graph sends, then a final one with no outputs (or the
-        error that ended it). `on_submit` gets what `ask_to_cancel` takes."""
-        queue: asyncio.Queue[InferResponse | None] = asyncio.Queue()
-        run = asyncio.ensure_future(self._stream(request, descs, queue))
-        if on_submit is not None:
-            on_submit(run)
-        try:
-            while True:
-                response = await queue.get()
-                if response is None:
-                    break
-                yield response
-                if response.final:
-                    break
-        finally:
-            if not run.done():
-                run.cancel()
-            while not queue.empty():
-                leftover = queue.get_nowait()
-                if leftover is not None:
-                    leftover.release()
-
-    async def _stream(self, request: InferRequest, descs: tuple | None,
-                      queue: asyncio.Queue) -> None:
-        try:
-            error = await self._run(request, descs, queue.put_nowait)
-        except asyncio.CancelledError:
-            queue.put_nowait(None)
-            raise
-        if error is not None:
-            queue.put_nowait(self._error(request, error))
-        else:
-            queue.put_nowait(InferResponse(self.name, self.version, request.id, final=True))
+    def stream_infer(self, request: InferRequest, descs: tuple | None = None,
+                     on_submit: Callable[[asyncio.Task], None] | None = None
+                     ) -> AsyncIterator[InferResponse]:
+        """EnsembleRequests.stream_infer."""
+        return self.requests.stream_infer(request, descs, on_submit)
 
     def ask_to_cancel(self, run: asyncio.Task) -> None:
         """A BLS caller cancelled its stream: the steps in flight are cancelled."""
         run.cancel()
 
-    async def _run(self, request: InferRequest, descs: tuple | None,
-                   emit: Callable[[InferResponse], None]) -> ServerError | None:
-        """Validate, put the inputs in shm, run the graph; the error that ended the
-        request (None: it succeeded). Counts the ensemble's statistics."""
-        batch = self._validator.validate(request)
-        arrival = time.monotonic_ns()
-        trace = TRACER.sample(self.name, self.version, request.id, request.trace_headers) \
-            if TRACER.enabled else None
-        stats = self.stats
-        stats.pending += 1
-        blocks: list = []
-        error: ServerError | None = None
-        run: EnsembleRun | None = None
-        task = asyncio.current_task()
-        if task is not None:
-            self._runs.add(task)
-        try:
-            inputs = self._inputs(request, descs, blocks)
-            outputs = list(request.requested_outputs or self._output_names)
-            key = tuple(sorted(outputs))
-            unneeded = self._unneeded.get(key)
-            if unneeded is None:
-                if len(self._unneeded) >= 64:  # bounded: clients choose the subsets
-                    self._unneeded.clear()
-                unneeded = self._unneeded[key] = self.graph.unneeded(outputs)
-            run = EnsembleRun(self.name, self.version, self.graph, self._find_model,
-                              request, outputs, emit, unneeded, trace)
-            await run.run(inputs)
-        except StepError as err:
-            error = err.error
-        except asyncio.CancelledError:
-            stats.failures[metrics.CANCELED] += 1
-            raise
-        except BaseException:  # not the steps' error (/dev/shm full for the inputs, ...)
-            stats.failures[metrics.OTHER] += 1
-            raise
-        finally:
-            stats.pending -= 1
-            for block in blocks:
-                self._refs.drop((block.region, block.offset))
-            if task is not None:
-                self._runs.discard(task)
-            if trace is not None:  # no compute stamps: an ensemble executes nothing itself
-                trace.finish(arrival, 0, 0)
-        took_us = (time.monotonic_ns() - arrival) // 1000
-        stats.request_us += took_us
-        stats.last_inference_ms = int(time.time() * 1000)
-        if error is None:
-            # As Triton counts an ensemble: one execution per request, its compute the
-            # steps' (here: each step's time from submission to answer, queue included).
-            assert run is not None
-            stats.success += 1
-            stats.success_us += took_us
-            stats.inference_count += max(batch, 1)
-            stats.exec_count += 1
-            stats.compute_infer_us += run.step_ns // 1000
-            figures = stats.batches.setdefault(max(batch, 1), [0, 0, 0, 0])
-            figures[0] += 1
-            figures[1] += run.step_ns
+    def add_direct_stats(self, size: int, requests: int, failures: int, success_ns: int,
+                         failure_ns: int, compute_ns: int, cancelled: int = 0) -> None:
+        """What requests a frontend process ran through the graph itself added to the
+        statistics (pbserve/frontends/ensembles.py), added up by batch size."""
+        self._counts.add(size, requests, failures, success_ns, failure_ns, compute_ns)
+        if cancelled:
+            self.stats.failures[metrics.CANCELED] += cancelled
+
+
+class _ParentInputs:
+    """The ensemble's inputs in the parent's pool (EnsembleRequests' InputStore)."""
+
+    def __init__(self, refs: BlockRefs) -> None:
+        self._refs = refs
+
+    def store(self, tensor: TensorData) -> Block:
+        return self._refs.copy_in(tensor.data)
+
+    def view(self, block: Block) -> memoryview:
+        return self._refs.view(block)
+
+    def free(self, block: Block) -> None:
+        self._refs.drop((block.region, block.offset))
+
+
+class _StatsCounts:
+    """The ensemble's ModelStats (EnsembleRequests' EnsembleCounts): as Triton counts an
+    ensemble, a success adds one execution, its compute the steps'."""
+
+    def __init__(self, stats: ModelStats) -> None:
+        self._stats = stats
+
+    def started(self) -> None:
+        self._stats.pending += 1
+
+    def ended(self) -> None:
+        self._stats.pending -= 1
+
+    def ran(self, batch: int, took_ns: int, step_ns: int, failed: bool) -> None:
+        if failed:
+            self.add(batch, 1, 1, 0, took_ns, 0)
         else:
-            stats.failures[metrics.BACKEND] += 1
-            stats.failure_us += took_us
-        return error
+            self.add(batch, 1, 0, took_ns, 0, step_ns)
 
-    def _inputs(self, request: InferRequest, descs: tuple | None, blocks: list
-                ) -> dict[str, Value]:
-        """The ensemble's inputs as ensemble tensors: copied once into the parent's pool,
-        or named where they are (a client's region, a BLS caller's blocks)."""
-        values = {}
-        for index, tensor in enumerate(request.inputs):
-            if descs is not None:
-                desc = descs[index]
-            elif tensor.shm is not None:
-                ref = tensor.shm
-                desc = (tensor.name, tensor.datatype, tuple(tensor.shape), ref.token,
-                        ref.offset, ref.byte_size)
-            else:
-                block = self._refs.copy_in(tensor.data)
-                blocks.append(block)
-                desc = (tensor.name, tensor.datatype, tuple(tensor.shape), block.region,
-                        block.offset, block.nbytes)
-                values[tensor.name] = Value(desc, self._refs.view(block), None, None)
-                continue
-            values[tensor.name] = Value(desc, tensor.data, tensor.shm, None)
-        return values
+    def add(self, size: int, requests: int, failures: int, success_ns: int,
+            failure_ns: int, compute_ns: int) -> None:
+        """`requests` of batch size `size` ran, `failures` of them failed (a step did);
+        their times from arrival to answer, and the successes' steps' time."""
+        stats = self._stats
+        stats.request_us += (success_ns + failure_ns) // 1000
+        stats.last_inference_ms = int(time.time() * 1000)
+        if failures:
+            stats.failures[metrics.BACKEND] += failures
+            stats.failure_us += failure_ns // 1000
+        succeeded = requests - failures
+        if succeeded:
+            stats.success += succeeded
+            stats.success_us += success_ns // 1000
+            stats.inference_count += succeeded * size
+            stats.exec_count += succeeded
+            stats.compute_infer_us += compute_ns // 1000
+            figures = stats.batches.setdefault(size, [0, 0, 0, 0])
+            figures[0] += succeeded
+            figures[1] += compute_ns
 
-    def _error(self, request: InferRequest, error: ServerError) -> InferResponse:
-        return InferResponse(self.name, self.version, request.id, error=error)
+    def aborted(self, reason: str) -> None:
+        self._stats.failures[reason] += 1

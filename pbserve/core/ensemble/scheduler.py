@@ -248,8 +248,13 @@ class EnsembleRun:
             if out is None:
                 continue
             ref = out.shm  # written into a client's region: its descriptor names that
-            desc = descs[out.name] if ref is None else \
-                (out.name, out.datatype, out.shape, ref.token, ref.offset, ref.byte_size)
+            if ref is not None:
+                desc = (out.name, out.datatype, out.shape, ref.token, ref.offset,
+                        ref.byte_size)
+            else:  # no descriptor: not in shm (a frontend's answer from the core, in
+                # its message), copied for the next step (frontends/direct.py `lent`)
+                desc = descs.get(out.name) or \
+                    (out.name, out.datatype, out.shape, "", 0, memoryview(out.data).nbytes)
             env[tensor] = Value(desc, out.data, ref, held)
 
     def _send(self, env: dict[str, Value]) -> None:

@@ -102,7 +102,7 @@ class ModelAccounting:
 
 
     def direct_requests(self, size: int, requests: int, failures: int, success_ns: int,
-                        failure_ns: int, compute_ns: int) -> None:
+                        failure_ns: int, compute_ns: int, cancelled: int = 0) -> None:
         """Requests of batch size `size` a frontend process sent to the model's stubs
         itself (pbserve/frontends/direct.py), as it adds them up: each an execution of
         its own; its compute is the stub's round trip, its queue time none (it waited in
@@ -118,6 +118,8 @@ class ModelAccounting:
         if failures:
             stats.failures[BACKEND] += failures
             stats.failure_us += failure_ns // 1000
+        if cancelled:
+            stats.failures[CANCELED] += cancelled
         stats.last_inference_ms = int(time.time() * 1000)
         figures = stats.batches.setdefault(size, [0, 0, 0, 0])
         figures[0] += requests
