@@ -33,6 +33,7 @@ from stub.inbox import PARENT, Inbox
 
 PUT_TIMEOUT_S = 1.0
 KEY_SHIFT = 40  # a frontend's request keys: (origin << KEY_SHIFT) + n; the core's from 1
+LAST_PARENT_KEY = (1 << KEY_SHIFT) - 1
 FIRST_STUB_ORIGIN = 1 << 12  # a calling stub's origin (the core gives it); a frontend's
 #   is below (its slot + 1: --frontend-processes is far below this)
 Frees = tuple[tuple[str, int], ...]

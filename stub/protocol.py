@@ -86,6 +86,10 @@ CALL_DIRECT = 116  # (CALL_DIRECT, call_id, op, args): a CALL from the main thre
 DROPPED = 117     # (DROPPED, batch_id, error: None, responses, rescheduled: ()): RESPONSES of
 #                    a batch answered without `execute` (each of its requests was cancelled
 #                    while it waited in the stub's queue): no execution to count
+ANSWERS = 118     # (ANSWERS, answers: tuple[(key, ResponseMsg)]): to a frontend process,
+#                    the responses of its requests in a batch the parent sent (their keys
+#                    are the frontend's: stub/frontends.py); the parent's RESPONSES then
+#                    carry each without its outputs
 
 # The constructors below are the one place each message's fields are put in order; the
 # readers unpack them in that order (`_, batch_id, error, ... = message`), and the two
@@ -241,6 +245,11 @@ def responses(batch_id: int, error: str | None, answers: tuple, rescheduled: tup
 def dropped(batch_id: int, answers: tuple) -> tuple:
     """RESPONSES of a batch the stub answered without running it."""
     return (DROPPED, batch_id, None, answers, ())
+
+
+def answers(entries: tuple) -> tuple:
+    """`entries`: (key, ResponseMsg) per request of the frontend's in a parent's batch."""
+    return (ANSWERS, entries)
 
 
 def send(key: int, response: tuple | None, flags: int) -> tuple:

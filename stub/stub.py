@@ -38,7 +38,7 @@ from shm.doorbell import ring
 from shm.pool import Block, Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
-from stub.frontends import Frontends, origin_of_key
+from stub.frontends import LAST_PARENT_KEY, Frontends, origin_of_key
 from stub.inbox import PARENT, Inbox, bell_name
 from stub.protocol import REQ_KEY
 from stub.async_loop import AsyncLoopThread
@@ -577,6 +577,8 @@ class Stub:
                     self.gpu.unlend(key)
                 else:
                     self.borrowed.unregister(key)
+        if self._origin == PARENT and max(keys) > LAST_PARENT_KEY:
+            msgs = self._answer_frontends(msgs)
         self._answer(p.responses(batch_id, None, msgs, rescheduled), msgs)
         for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
@@ -623,6 +625,25 @@ class Stub:
         outputs = tuple((o[3], o[4]) for _, msg in msgs if msg is not None
                         for o in msg[p.RESP_OUTPUTS])
         self._to_frontend(self._origin, message, outputs)
+
+    def _answer_frontends(self, msgs: tuple) -> tuple:
+        """A parent's batch holding frontend processes' requests (keys of theirs: the
+        parent lets a frontend read this stub's answers so: Model.direct_route): each
+        frontend gets its responses itself (ANSWERS), and the parent each of them
+        without its outputs (it counts the request done)."""
+        mine: list[tuple] = []
+        theirs: dict[int, list[tuple]] = {}
+        for key, msg in msgs:
+            origin = origin_of_key(key)
+            if origin == PARENT or msg is None:
+                mine.append((key, msg))
+                continue
+            theirs.setdefault(origin, []).append((key, msg))
+            mine.append((key, p.response_record(msg[p.RESP_ERROR], (), "{}")))
+        for origin, entries in theirs.items():
+            self._to_frontend(origin, p.answers(tuple(entries)), tuple(
+                [(o[3], o[4]) for _, msg in entries for o in msg[p.RESP_OUTPUTS]]))
+        return tuple(mine)
 
     def respond(self, key: int, response: tuple | None, flags: int) -> None:
         """A decoupled model's SEND for request `key` (its ResponseMsg or None, its

@@ -70,17 +70,19 @@ class LoadedModel:
             request.release_shm()  # a no-op once the request was queued: it holds them
 
     def infer_now(self, request: InferRequest, descs: tuple | None,
-                  answer: Callable[[InferResponse], None]) -> Callable[[], None] | None:
+                  answer: Callable[[InferResponse], None], key: int = 0
+                  ) -> Callable[[], None] | None:
         """`infer` without a coroutine (Model.infer_now: queued now, `answer` called
         with the response in the pass that reads it), for a frontend process's request
         (pbserve/frontends/link.py); the way to cancel it. None, and nothing done, where
         only `infer` serves the request: an ensemble, a trace, the response cache, a
-        client region. Raises what validation raises."""
+        client region. Raises what validation raises. `key`: Model.infer_now's."""
         model = self._model
         if not isinstance(model, Model) or request.uses_shm or TRACER.enabled \
                 or model.stats.cache_enabled:
             return None
-        pending = model.infer_now(request, descs, lambda _pending, response: answer(response))
+        pending = model.infer_now(request, descs, lambda _pending, response: answer(response),
+                                  key)
         return lambda: model.cancel(pending)
 
     def stream_infer(self, request: InferRequest, descs: tuple | None = None

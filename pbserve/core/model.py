@@ -38,6 +38,7 @@ from pbserve.core.cache.cached_infer import infer_cached, new_load
 from pbserve.core.cache.store import ResponseStore
 from pbserve.errors import ErrorCode, ServerError
 from pbserve.core.memory.block_refs import BlockRefs
+from stub.frontends import origin_of
 from tritonclient.grpc import model_config_pb2 as mc
 
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
@@ -87,6 +88,7 @@ class Model:
         self.instances: list[ModelInstance] = []
         self._outage = Outage(name, services.restart_wait_s, self._fail_queued)
         self._cache: ResponseStore | None = None  # the server's, if the config enables it
+        self._answerable = False  # `_set_config`
         self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
     @property
@@ -213,6 +215,11 @@ class Model:
         # (decoupled and sequence-batched models cannot enable it: config_checks.py)
         self._cache = self._services.cache if cfg.response_cache.enable else None
         self.stats.cache_enabled = self._cache is not None
+        # whose stubs may answer a frontend's requests themselves (`_answered_instances`;
+        # an instance whose stub no frontend reads answers the core: ModelInstance._send)
+        self._answerable = cfg.HasField("dynamic_batching") and not self.decoupled \
+            and not cfg.dynamic_batching.preserve_ordering and self._cache is None \
+            and not cfg.HasField("sequence_batching")
         self._admission = Admission(self.name, self.version, cfg, self.stats,
                                     self._services.refs, self._outage)
         self.scheduler = scheduler = self._admission.scheduler
@@ -224,12 +231,17 @@ class Model:
     def direct_route(self, slot: int) -> tuple | None:
         """What frontend process `slot` needs to send this model's requests to its stubs
         itself (docs/frontend_processes.md): its version, its config (serialized, for
-        validation), and each READY instance's queue names (to its stub, from it), its
-        stub's bell, pid and instance name. None where requests must pass through the
-        core (`_direct_instances`)."""
+        validation), each READY instance's queue names (to its stub, from it), its
+        stub's bell, pid and instance name, and whether the requests go through the core
+        (`scheduled`: a dynamic batcher's; the stubs answer the frontend themselves).
+        None where requests and answers must pass through the core
+        (`_direct_instances`, `_answered_instances`)."""
         instances = self._direct_instances()
-        if instances is None:
-            return None
+        scheduled = instances is None
+        if scheduled:
+            instances = self._answered_instances()
+            if instances is None:
+                return None
         stubs = []
         for instance in instances:
             stub = instance.stub
@@ -237,7 +249,10 @@ class Model:
                 return None
             stubs.append((*stub.frontend_queues[slot], stub.bell_name, stub.pid,
                           instance.name))
-        return self.version, self.cfg.SerializeToString(), tuple(stubs)
+        if scheduled:  # the frontend reads their answers from now on
+            for instance in instances:
+                instance.stub.answers_read_by.add(origin_of(slot))
+        return self.version, self.cfg.SerializeToString(), tuple(stubs), scheduled
 
     def caller_route(self, caller: object, origin: int, bell: str
                      ) -> tuple[tuple, list[StubProcess]] | None:
@@ -279,6 +294,21 @@ class Model:
             stub = instance.stub
             if instance.limit is not None or instance.state is not InstanceState.READY \
                     or stub is None or not stub.has_bell:
+                return None
+        return self.instances
+
+    def _answered_instances(self) -> list[ModelInstance] | None:
+        """The instances whose stubs answer a frontend's requests themselves, which the
+        core schedules (a dynamic batcher's: stub/stub.py `_answer_frontends`); None
+        where answers must pass through the core: a decoupled model, the sequence
+        batcher, preserve_ordering, the response cache, tracing, an instance not READY,
+        a stub without a bell."""
+        if not self._answerable or TRACER.enabled or not self.instances:
+            return None
+        for instance in self.instances:
+            stub = instance.stub
+            if instance.state is not InstanceState.READY or stub is None \
+                    or not stub.has_bell:
                 return None
         return self.instances
 
@@ -394,13 +424,16 @@ class Model:
         return response
 
     def infer_now(self, request: InferRequest, descs: tuple | None,
-                  answer: Callable[[PendingRequest, InferResponse], None]) -> PendingRequest:
+                  answer: Callable[[PendingRequest, InferResponse], None],
+                  key: int = 0) -> PendingRequest:
         """`infer` without a coroutine, for a request no trace may sample (it has no
         parent trace and tracing is off: `infer` is the way that ends a trace). The
         request is queued now, and `answer` gets its response in the pass that read it,
         its statistics already counted (a stub's BLS call, stub_calls/bls.py: no turn of the
         event loop on either way). Raises what validation raises; `cancel` drops it, and
-        `answer` still gets whatever comes after."""
+        `answer` still gets whatever comes after. `key`: a frontend process's key for
+        it, whose stub answers that frontend itself, where the model lets it
+        (`direct_route`; its response here then is `answered`, without outputs)."""
         if self.decoupled:
             raise unary_on_decoupled(self.name, request.id)
 
@@ -408,7 +441,10 @@ class Model:
             if response.final and not pending.cancelled:
                 self._accounting.completed(pending, response)
             answer(pending, response)
-        return self._admission.submit(request, streaming=False, descs=descs, sink=completed)
+        if key and not self._answerable:
+            key = 0
+        return self._admission.submit(request, streaming=False, descs=descs, sink=completed,
+                                      key=key)
 
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
                            on_submit: Callable[[PendingRequest], None] | None = None

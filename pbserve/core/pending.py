@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Hashable
 from typing import Callable, Protocol
 
 from pbserve.core.types import InferRequest, InferResponse
 from shm.pool import Block
+
+_keys = itertools.count(1)
+
+
+def new_key() -> int:
+    """A request key of the parent's own (a frontend's are above: stub/frontends.py)."""
+    return next(_keys)
 
 
 class ResponseOrder(Protocol):
@@ -79,6 +87,12 @@ class PendingRequest:
         # holds its responses back until their turn; `order_seq`, its number there, is set
         # with it (ReorderBuffer.enter)
         self.order: ResponseOrder | None = None
+
+    def rekey(self) -> None:
+        """A key of the parent's instead of its frontend's: the stub then answers the
+        parent (ModelInstance._send: a stub the frontend cannot read answers of)."""
+        key = self.key = new_key()
+        self.inputs = (key, *self.inputs[1:])
 
     def deliver(self, response: InferResponse) -> None:
         """Hand one response to the caller; a final one completes the request."""

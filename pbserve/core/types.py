@@ -98,6 +98,9 @@ class InferResponse:
     _release: Callable[[], None] | None = field(default=None, repr=False)
     # The outputs' shm descriptors, for handing them on (BLS) without a copy.
     _descs: tuple = field(default=(), repr=False)
+    # Its stub answered the frontend process that sent the request itself: this one says
+    # only that the request is done (pbserve/frontends/link.py)
+    answered: bool = False
 
     def release(self) -> None:
         release, self._release = self._release, None

@@ -95,12 +95,15 @@ class DirectStub(StubPeer):
 
 
 class DirectRoute:
-    """A model whose requests go to its stubs directly; or an ensemble this frontend
-    runs itself (`ensemble`: its EnsembleRequests, frontends/ensembles.py; no stubs)."""
+    """A model whose requests go to its stubs directly; or whose requests the core
+    schedules and its stubs answer here (`scheduled`: a dynamic batcher's); or an
+    ensemble this frontend runs itself (`ensemble`: its EnsembleRequests,
+    frontends/ensembles.py; no stubs)."""
 
     def __init__(self, version: str, config: mc.ModelConfig, stubs: list[DirectStub],
-                 ensemble: Any = None) -> None:
+                 ensemble: Any = None, scheduled: bool = False) -> None:
         self.version = version
+        self.scheduled = scheduled
         self.validator = RequestValidator(config)
         self.output_names = tuple(o.name for o in config.output)
         self.decoupled = config.model_transaction_policy.decoupled
@@ -154,10 +157,14 @@ class DirectPath:
 
     def __init__(self, slot: int, pool: Pool, regions: RegionMap,
                  ask: Callable[..., Any], tell: Callable[[tuple], None],
-                 ensemble: Callable[[str, str, mc.ModelConfig], Any] | None = None
+                 ensemble: Callable[[str, str, mc.ModelConfig], Any] | None = None,
+                 answered: Callable[[DirectStub, int, tuple], None] | None = None
                  ) -> None:
+        """`answered(stub, key, msg)`: a stub's answer to a request of this frontend the
+        core scheduled (LinkedCore: its key is one of `next_key`)."""
         self._slot = slot
         self._ensemble = ensemble
+        self._answered = answered
         self._tell = tell
         self._stats = DirectCounts()  # not told yet
         # (model, version) -> a decoupled model's response statistics not told yet
@@ -173,6 +180,7 @@ class DirectPath:
         self._answer_handlers = {
             p.RESPONSES: self._on_responses, p.DROPPED: self._on_responses,
             p.SEND: self._on_send, p.BATCH_DONE: self._on_batch_done,
+            p.ANSWERS: self._on_answers,
         }
 
     def route(self, name: str, version: str) -> DirectRoute | None:
@@ -183,7 +191,7 @@ class DirectPath:
             answer = self._ask("direct_route", name, version, self._slot)
             route = None
             if answer is not None:
-                model_version, cfg, stubs = answer
+                model_version, cfg, stubs, scheduled = answer
                 config = mc.ModelConfig.FromString(cfg)
                 if stubs is None:  # an ensemble: run here, or through the core
                     if self._ensemble is not None:
@@ -192,11 +200,16 @@ class DirectPath:
                 else:
                     try:
                         route = DirectRoute(model_version, config,
-                                            [self._stub(tuple(s)) for s in stubs])
+                                            [self._stub(tuple(s)) for s in stubs],
+                                            scheduled=scheduled)
                     except OSError:  # a stub ended meanwhile (its names are gone)
                         route = None
             kept = self._routes[key] = (now + ROUTE_TTL_S, route)
         return kept[1]
+
+    def next_key(self) -> int:
+        """A request key of this frontend's (the stubs answer it: stub/frontends.py)."""
+        return next(self._keys)
 
     def busy(self) -> bool:
         """Whether a direct request is in flight."""
@@ -228,6 +241,7 @@ class DirectPath:
         stub = self._stubs.pop(names)
         asyncio.get_running_loop().remove_reader(stub.pidfd)
         self._routes.clear()
+        self._drain(stub)  # what it answered before it ended
         for key, waiting in list(self._waiting.items()):
             if waiting.stub is stub:
                 self._fail(key, waiting, (
@@ -357,9 +371,12 @@ class DirectPath:
     def drain(self) -> None:
         """Every stub's answers to this frontend (on its doorbell)."""
         for stub in self._stubs.values():
-            get = stub.answers.get
-            while (raw := get(0)) is not None:
-                self._on_answer(stub, p.decode(raw))
+            self._drain(stub)
+
+    def _drain(self, stub: DirectStub) -> None:
+        get = stub.answers.get
+        while (raw := get(0)) is not None:
+            self._on_answer(stub, p.decode(raw))
 
     def _on_answer(self, stub: DirectStub, message: tuple) -> None:
         self._answer_handlers[message[0]](stub, message)
@@ -381,10 +398,21 @@ class DirectPath:
             response.error = ServerError(ErrorCode.INTERNAL, error)
         for _, msg in responses:
             if msg is not None:
-                self._read(stub, msg, response)
+                self.read(stub, msg, response)
         waiting.deliver(response)
         # execute raised, or did not run (an error response of the model's succeeds)
         self._count(waiting, error is not None or kind == p.DROPPED)
+
+    def _on_answers(self, stub: DirectStub, message: tuple) -> None:
+        """The responses of requests the core scheduled and sent this stub in a batch
+        (stub.py `_answer_frontends`): to LinkedCore, which sent them."""
+        _, entries = message
+        answered = self._answered
+        for key, msg in entries:
+            if answered is not None:
+                answered(stub, key, msg)
+            else:
+                stub.frees.add((d[3], d[4]) for d in msg[p.RESP_OUTPUTS])
 
     def _on_send(self, stub: DirectStub, message: tuple) -> None:
         """A decoupled model's response (its final flag, with or without one)."""
@@ -399,7 +427,7 @@ class DirectPath:
         response = InferResponse(waiting.model, waiting.version, waiting.request_id,
                                  final=final)
         if msg is not None:
-            self._read(stub, msg, response)
+            self.read(stub, msg, response)
         waiting.deliver(response)
         self._count_response(waiting, response, arrived_ns)
         if final:
@@ -478,7 +506,7 @@ class DirectPath:
             self._response_stats.clear()
             self._tell(fp.direct_stats(self._stats.take(), responses))
 
-    def _read(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
+    def read(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
         """A ResponseMsg into `response`; one this process cannot read becomes its
         error (its request fails, no other)."""
         try:

@@ -29,6 +29,7 @@ from pbserve.frontends import protocol as fp
 from pbserve.frontends.calls import CoreCalls
 from pbserve.frontends.channel import CoreEnd
 from shm.pool import RegionMap
+from stub.frontends import LAST_PARENT_KEY
 
 log = logging.getLogger("pbserve.frontends")
 NO_TOKEN = 0
@@ -184,7 +185,9 @@ class FrontendLink:
             if now is None:
                 return False
             self._open.add(rid)
-            cancel = now(request, descs, lambda response: self._answered(rid, response))
+            # a key of the frontend's: its stub may answer it itself (Model.infer_now)
+            cancel = now(request, descs, lambda response: self._answered(rid, response),
+                         rid if rid > LAST_PARENT_KEY else 0)
         except Exception as err:
             self._fail(rid, model, request, err, "request")
             return True
@@ -196,6 +199,10 @@ class FrontendLink:
 
     def _answered(self, rid: int, response: InferResponse) -> None:
         self._queued.pop(rid, None)
+        if response.answered:  # the stub answered the frontend, which frees the inputs
+            self._open.discard(rid)
+            self._inputs_read.discard(rid)
+            return
         try:  # called from the model's messages: its other requests must not fail
             self._send(rid, response)
         except Exception:

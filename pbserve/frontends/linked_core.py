@@ -31,12 +31,13 @@ from pbserve.core.types import InferRequest, InferResponse, ShmRef, TensorData
 from pbserve.errors import ErrorCode, ServerError, unavailable
 from pbserve.frontends import protocol as fp
 from pbserve.frontends.channel import FrontendEnd
-from pbserve.frontends.direct import ANSWER_WATCH_NS, DirectPath, DirectRoute
+from pbserve.frontends.direct import ANSWER_WATCH_NS, DirectPath, DirectRoute, DirectStub
 from pbserve.frontends.ensembles import frontend_ensemble
 from pbserve.frontends.owed import Owed
 from pbserve.frontends.placer import FrontendPlacer, blocks_of
 from shm import Block, Pool
 from shm.pool import RegionMap
+from stub import protocol as p
 
 ANSWER_TIMEOUT_S = 30.0  # a call the core does not answer within this fails
 HANDLE_TTL_S = 1.0
@@ -44,16 +45,18 @@ TRIM_INTERVAL_S = 1.0
 
 
 class _Call:
-    """One request on its way: where its responses go, and its input blocks."""
+    """One request on its way: where its responses go, its input blocks, and whose
+    request it is (for a stub's answer: `LinkedCore._on_stub_answer`)."""
 
-    __slots__ = ("future", "queue", "blocks", "closed")
+    __slots__ = ("future", "queue", "blocks", "closed", "request")
 
-    def __init__(self, stream: bool, blocks: list[Block]) -> None:
+    def __init__(self, stream: bool, blocks: list[Block], request: InferRequest) -> None:
         loop = asyncio.get_running_loop()
         self.future: asyncio.Future | None = None if stream else loop.create_future()
         self.queue: asyncio.Queue | None = asyncio.Queue() if stream else None
         self.blocks = blocks
         self.closed = False  # its reader is gone (answered, or cancelled)
+        self.request = request
 
 
 class LinkedCore:
@@ -78,7 +81,7 @@ class LinkedCore:
         self._trim: asyncio.TimerHandle | None = None
         self.shared_memory = _SharedMemory(self)
         self.direct = DirectPath(slot, pool, self._regions, self._ask, self._channel.send,
-                                 self._ensemble)
+                                 self._ensemble, self._on_stub_answer)
         self._handlers: dict[int, Callable[[tuple], None]] = {
             fp.RESPONSE: self._on_response, fp.INPUTS_DONE: self._on_inputs_done,
             fp.REPLY: self._on_reply, fp.FORGET_REGIONS: self._on_forget_regions,
@@ -129,7 +132,8 @@ class LinkedCore:
         if direct.busy():
             return
         route = direct.route(name, version)
-        if route is not None:  # the core does not see it: the stub is told itself
+        if route is not None and not route.scheduled:  # the core does not see it: the
+            # stub is told itself
             direct.announce(route)
             return
         self._channel.send(fp.expect(name, version))
@@ -197,8 +201,11 @@ class LinkedCore:
             self._applying_core_log = False
 
     # -- inference ------------------------------------------------------------------------
-    def send_request(self, request: InferRequest, stream: bool) -> tuple[int, _Call]:
-        """The request on its way to the core: its id and where its answers go."""
+    def send_request(self, request: InferRequest, stream: bool, keyed: bool = False
+                     ) -> tuple[int, _Call]:
+        """The request on its way to the core: its id and where its answers go.
+        `keyed`: its id is a key of this frontend's, whose stub may answer it here
+        (a dynamic batcher's model: DirectRoute.scheduled)."""
         placed = blocks_of(request.inputs, self._pool)
         blocks = [block for block in placed if block is not None]
         inputs = []
@@ -215,8 +222,8 @@ class LinkedCore:
         output_shm = tuple((name, ref.region, ref.offset, ref.byte_size)
                            for name, ref in request.output_shm.items()) \
             if request.output_shm else None
-        rid = next(self._rids)
-        call = self._calls[rid] = _Call(stream, blocks)
+        rid = self.direct.next_key() if keyed else next(self._rids)
+        call = self._calls[rid] = _Call(stream, blocks, request)
         self._inputs[rid] = blocks
         requested = tuple(request.requested_outputs) \
             if request.requested_outputs is not None else None
@@ -231,8 +238,8 @@ class LinkedCore:
             self._channel.watch(ANSWER_WATCH_NS)
         return rid, call
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        rid, call = self.send_request(request, stream=False)
+    async def infer(self, request: InferRequest, keyed: bool = False) -> InferResponse:
+        rid, call = self.send_request(request, False, keyed)
         assert call.future is not None
         try:
             return await call.future
@@ -303,6 +310,28 @@ class LinkedCore:
             response.parameters = json.loads(params)
         if token:
             response._release = lambda: self._releases.add((token,))
+        if call.future is not None:
+            if not call.future.done():
+                call.future.set_result(response)
+            else:
+                response.release()
+        else:
+            assert call.queue is not None
+            call.queue.put_nowait(response)
+
+    def _on_stub_answer(self, stub: DirectStub, rid: int, msg: tuple) -> None:
+        """A stub answered request `rid` here itself (DirectPath's ANSWERS): `execute`
+        has returned, so its inputs are read no more; the core is told it is done by
+        the stub, and answers it no more."""
+        self._free(self._inputs.pop(rid, ()))
+        call = self._calls.pop(rid, None)
+        if call is None or call.closed:  # its reader left: nothing to write
+            stub.frees.add((d[3], d[4]) for d in msg[p.RESP_OUTPUTS])
+            return
+        call.closed = True
+        request = call.request
+        response = InferResponse(request.model_name, request.model_version, request.id)
+        self.direct.read(stub, msg, response)
         if call.future is not None:
             if not call.future.done():
                 call.future.set_result(response)
@@ -446,6 +475,8 @@ class LinkedModel:
         if route is not None:
             if route.ensemble is not None:
                 return await route.ensemble.infer(request, descs)
+            if route.scheduled:
+                return await self._core.infer(request, keyed=True)
             if not route.decoupled:  # (the core refuses a decoupled one)
                 return await self._core.direct.infer(route, request, descs)
         return await self._core.infer(request)
@@ -453,7 +484,7 @@ class LinkedModel:
     def stream_infer(self, request: InferRequest, descs: tuple | None = None
                      ) -> AsyncIterator[InferResponse]:
         route = self._direct_route(request)
-        if route is not None:
+        if route is not None and not route.scheduled:
             if route.ensemble is not None:
                 return route.ensemble.stream_infer(request, descs)
             return self._core.direct.stream_infer(route, request, descs)

@@ -30,6 +30,7 @@ from pbserve.core.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError, internal
 from shm.pool import RegionMap, ShmSizes
 from stub import protocol as p
+from stub.frontends import LAST_PARENT_KEY, origin_of_key
 
 log = logging.getLogger("pbserve.core")
 
@@ -317,6 +318,10 @@ class ModelInstance:
         now = time.monotonic_ns()
         batch_id = self._next_batch = self._next_batch + 1
         frees = tuple(self._frees)
+        for pending in batch:  # a frontend's key: answered to it, if it reads this stub
+            if pending.key > LAST_PARENT_KEY \
+                    and origin_of_key(pending.key) not in stub.answers_read_by:
+                pending.rekey()
         # Sent first: the bookkeeping below runs while the stub works (its answer is
         # read on this loop, so after it).
         stub.send(p.execute(batch_id, tuple([pr.inputs for pr in batch]), frees))
@@ -484,6 +489,8 @@ class ModelInstance:
                 del self._inflight[key]
                 started = time.monotonic_ns()
                 response = self._read_response(pending, msg, True)
+                # a frontend's key: its frontend has the response (stub.py ANSWERS)
+                response.answered = executed and key > LAST_PARENT_KEY
                 pending.output_ns += time.monotonic_ns() - started
                 pending.model_errors += response.error is not None
                 pending.deliver(response)

@@ -35,7 +35,7 @@ from shm.names import new_prefix, unlink_prefix
 from shm.pool import ShmSizes
 from shm.queue import MessageQueue, QueueFull
 from stub import protocol as p
-from stub.frontends import FIRST_STUB_ORIGIN
+from stub.frontends import FIRST_STUB_ORIGIN, origin_of
 from stub.inbox import bell_name
 from stub.stub import caller_queue_names, frontend_queue_names, queue_names
 
@@ -143,6 +143,9 @@ class StubProcess:
         # above every frontend slot's (slot + 1), never reused while the server runs
         self.origin = FIRST_STUB_ORIGIN + next(_ORIGINS)
         self._callers: dict[int, list[MessageQueue]] = {}  # origin -> its two queues here
+        # the frontend processes (origins) that read this stub's answers to the requests
+        # the core sends it for them (Model.direct_route); others are answered the old way
+        self.answers_read_by: set[int] = set()
 
     @classmethod
     async def start(cls, instance_name: str, loop: asyncio.AbstractEventLoop,
@@ -232,6 +235,7 @@ class StubProcess:
         """Frontend process `slot` died and starts again: new queues between it and this
         stub (the dead one's are in a state only it knew), told to the stub before the
         new process can ask for them (the stub frees what the dead one held)."""
+        self.answers_read_by.discard(origin_of(slot))  # the new process knows nothing yet
         generation = self._generations[slot] = self._generations[slot] + 1
         names = frontend_queue_names(self.prefix, slot, generation)
         fresh = [MessageQueue.create(name, FRONTEND_QUEUE_CAPACITY) for name in names]

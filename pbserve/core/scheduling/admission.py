@@ -13,7 +13,6 @@ default scheduler a request that will wait keeps its inputs in process memory, a
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import time
@@ -27,7 +26,7 @@ from pbserve.core.memory.block_refs import BlockRefs
 from pbserve.core.memory.shm_upkeep import (
     SHM_WAIT_S, shm_capacity, too_large_message, waited_message)
 from pbserve.core.observability.metrics import ModelStats
-from pbserve.core.pending import PendingRequest
+from pbserve.core.pending import PendingRequest, new_key
 from pbserve.core.scheduling.scheduler import Scheduler
 from pbserve.core.scheduling.sequence_batcher import SequenceBatcher
 from pbserve.core.types import InferRequest, InferResponse
@@ -37,7 +36,6 @@ from shm.pool import Block
 from shm.region import ShmExhausted
 from stub import protocol as p
 
-_keys = itertools.count(1)
 # A request waits in a busy stub's queue (ModelInstance.can_queue_another) only with inputs
 # up to this size: there they hold shm that a running request may need for its outputs.
 AHEAD_MAX_BYTES = 1 << 20
@@ -71,12 +69,14 @@ class Admission:
 
     def submit(self, request: InferRequest, streaming: bool, descs: tuple | None = None,
                trace: tuple[int, str] | None = None,
-               sink: Callable[[PendingRequest, InferResponse], None] | None = None
-               ) -> PendingRequest:
+               sink: Callable[[PendingRequest, InferResponse], None] | None = None,
+               key: int = 0) -> PendingRequest:
         """Validate, place the inputs in shm, queue. `descs`: the inputs already are in
         shm (a BLS call's, in the caller's pool): they are passed on, not copied.
         `trace`: the request's trace id and context, for `request.trace()`. `sink`: where
-        a unary request's response goes instead of its future (PendingRequest)."""
+        a unary request's response goes instead of its future (PendingRequest). `key`:
+        the request's key in a frontend process's key space (its stub answers that
+        frontend itself: Model.direct_route); 0: one of the parent's."""
         if self._outage.error is not None:
             raise self._outage.error
         batch_size = self.validator.validate(request)
@@ -113,7 +113,7 @@ class Admission:
             # answered, even when the caller stopped waiting (cancelled) before that.
             hold = self._refs.hold
             blocks = [Block(d[3], d[4], d[5]) for d in descs if hold((d[3], d[4]))]
-        key = next(_keys)
+        key = key or new_key()
         params = json.dumps(request.parameters) if request.parameters else "{}"
         # None asked for means every output of the config (Triton's Normalize): the model
         # sees them as requested, and an output it returns that is not one is dropped.
@@ -147,7 +147,7 @@ class Admission:
         instance to run directly (no scheduler, no statistics)."""
         batch_size = self.validator.validate(request)
         descs, blocks = self._copy_inputs(request, batch_size)
-        key = next(_keys)
+        key = new_key()
         msg = p.request_msg(key=key, request_id=request.id,
                             correlation_id=request.correlation_id, flags=request.flags,
                             parameters_json="{}", timeout_us=0, requested=self.output_names,

@@ -1,0 +1,194 @@
+"""A dynamic batcher's requests from frontend processes: the core schedules them, and the
+stub answers each request to the frontend that sent it (stub/stub.py
+`_answer_frontends`), the core hearing only that it is done. Driven as a user would: a
+real server with `--frontend-processes 2`, real stubs, tritonclient."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from pbserve.testing import running_server, stub_pids
+from polling import wait_for
+
+# Doubles X; a batch waits until the file named by the model's parameter "hold" is gone,
+# and writes its size into "seen" first (the test sees the batch run).
+HELD = """
+import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"])["parameters"]
+        self.hold = params["hold"]["string_value"]
+        self.seen = params["seen"]["string_value"]
+
+    def execute(self, requests):
+        with open(self.seen, "a") as f:
+            f.write(f"{len(requests)}\\n")
+        while os.path.exists(self.hold):
+            time.sleep(0.01)
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2),
+            pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
+            for r in requests]
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("batched")
+    repo = tmp / "repo"
+    (repo / "held" / "1").mkdir(parents=True)
+    (repo / "held" / "1" / "model.py").write_text(HELD)
+    (repo / "held" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 16\n'
+        'dynamic_batching { max_queue_delay_microseconds: 20000 }\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }, '
+        '{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+        f'parameters {{ key: "hold" value {{ string_value: "{tmp / "hold"}" }} }}\n'
+        f'parameters {{ key: "seen" value {{ string_value: "{tmp / "seen"}" }} }}\n')
+    with running_server(repo, log_path=tmp / "server.log",
+                        args=["--frontend-processes", "2"]) as srv:
+        srv.tmp = tmp
+        yield srv
+
+
+def _x(value: float) -> list:
+    tensor = httpclient.InferInput("X", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.full((1, 4), value, np.float32))
+    return [tensor]
+
+
+def _many(client_of, count: int, answered: list | None = None) -> list:
+    """`count` requests at once, each from its own thread: each one's result or error;
+    `answered` gets each index as its answer comes."""
+    results: list = [None] * count
+
+    def one(i: int) -> None:
+        try:
+            results[i] = client_of().infer("held", _x(float(i)))
+        except Exception as err:  # noqa: BLE001 - the test looks at it
+            results[i] = err
+        if answered is not None:
+            answered.append(i)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def _stats(server) -> dict:
+    (entry,) = server.http_client().get_inference_statistics("held")["model_stats"]
+    return entry
+
+
+def test_a_batch_is_answered_while_the_core_process_is_stopped(server):
+    """A batch the core sent the stub is answered to each request's frontend by the
+    stub: with the server's own process stopped (SIGSTOP) while the batch runs, its
+    clients have their answers (the rest wait for the core); the statistics count each
+    request once the core runs again."""
+    hold, seen = server.tmp / "hold", server.tmp / "seen"
+    _many(server.http_client, 2)  # the frontends learn the stub's route
+    before = int(_stats(server)["inference_count"])
+    seen.unlink(missing_ok=True)
+    hold.touch()
+    answered: list = []
+    results: list = []
+    runner = threading.Thread(
+        target=lambda: results.extend(_many(server.http_client, 8, answered)))
+    runner.start()
+    try:
+        wait_for(seen.exists, "a batch to run", 10)
+        time.sleep(0.2)  # the rest of the requests reach the core's queue
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            first = int(seen.read_text().split()[0])  # the running batch's size
+            hold.unlink()
+            wait_for(lambda: len(answered) >= first, "the batch's answers", 10)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+    finally:
+        hold.unlink(missing_ok=True)
+        runner.join(30)
+    assert len(results) == 8
+    for i, result in enumerate(results):
+        assert not isinstance(result, Exception), result
+        np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
+    wait_for(lambda: int(_stats(server)["inference_count"]) == before + 8,
+             "the statistics", 10)
+    assert int(_stats(server)["inference_stats"]["success"]["count"]) == before + 8
+
+
+def test_many_clients_through_both_frontends_get_their_own_answers(server):
+    results = _many(server.http_client, 32)
+    for i, result in enumerate(results):
+        assert not isinstance(result, Exception), result
+        np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
+    entry = _stats(server)
+    assert int(entry["execution_count"]) < int(entry["inference_count"])  # batched
+
+
+def test_a_stub_killed_under_a_batch_fails_it_and_its_successor_answers(server):
+    """The batch's requests get the core's error; the new stub is not one the frontends
+    read yet, so the core answers its first requests itself, then routes them on."""
+    hold = server.tmp / "hold"
+    client = server.http_client()
+    pid = int(client.infer("held", _x(1.0)).as_numpy("PID")[0])
+    assert pid in stub_pids(server.pid)
+    hold.touch()
+    results: list = []
+    runner = threading.Thread(target=lambda: results.extend(_many(server.http_client, 4)))
+    runner.start()
+    try:
+        wait_for(lambda: (server.tmp / "seen").exists(), "a batch to run", 10)
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)
+        runner.join(30)
+    finally:
+        hold.unlink(missing_ok=True)
+    assert all(isinstance(r, Exception) and "is not healthy" in str(r) for r in results), \
+        results
+
+    def served() -> bool:
+        try:
+            return int(client.infer("held", _x(2.0)).as_numpy("PID")[0]) != pid
+        except Exception:  # restarting
+            return False
+    wait_for(served, "a new stub", 30)
+    for _ in range(3):  # before and after the frontends learn the new stub's route
+        results = _many(server.http_client, 4)
+        assert not any(isinstance(r, Exception) for r in results), results
+        time.sleep(0.6)
+
+
+def test_a_client_that_leaves_a_running_batch_harms_no_other(server):
+    hold = server.tmp / "hold"
+    hold.touch()
+    leaving = server.http_client(network_timeout=0.5)
+    staying: list = []
+    runner = threading.Thread(target=lambda: staying.extend(_many(server.http_client, 3)))
+    try:
+        runner.start()
+        with pytest.raises(Exception):
+            leaving.infer("held", _x(9.0))
+    finally:
+        hold.unlink(missing_ok=True)
+        runner.join(30)
+    for i, result in enumerate(staying):
+        assert not isinstance(result, Exception), result
+        np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
