@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import json
 import logging
 import time
@@ -40,12 +41,13 @@ from shm.queue import QueueFull
 from stub import protocol as p
 from stub.direct_counts import DirectCounts
 from stub.errors import RESCHEDULE_UNSUPPORTED
-from stub.frontends import first_key, origin_of
+from stub.frontends import KEY_SHIFT, first_key, origin_of
 from stub.peer import StubPeer
 
 log = logging.getLogger("pbserve.frontends")
 ROUTE_TTL_S = 1.0
 ANSWER_WATCH_NS = 1_000_000  # a lone request's answer is polled for this long
+KEYS_SPREAD = 1 << (KEY_SHIFT - 2)  # where a frontend's keys start, at random below this
 STATS_INTERVAL_S = 0.1  # what direct requests add to statistics goes to the core so often
 
 
@@ -175,7 +177,9 @@ class DirectPath:
         self._ask = ask
         self._routes: dict[tuple[str, str], tuple[float, DirectRoute | None]] = {}
         self._stubs: dict[tuple[str, str, str], DirectStub] = {}
-        self._keys = itertools.count(first_key(origin_of(slot)))
+        # from a random point of its key space: a process started again in the slot does
+        # not reuse the keys of its predecessor's requests that may still run
+        self._keys = itertools.count(first_key(origin_of(slot)) + random.randrange(KEYS_SPREAD))
         self._waiting: dict[int, _Waiting] = {}
         self._answer_handlers = {
             p.RESPONSES: self._on_responses, p.DROPPED: self._on_responses,
@@ -225,7 +229,7 @@ class DirectPath:
             min(route.stubs, key=lambda s: s.outstanding).announce()
         for name, version in route.first_steps:
             first = self.route(name, version)
-            if first is not None and first.stubs:
+            if first is not None and first.stubs and not first.scheduled:
                 min(first.stubs, key=lambda s: s.outstanding).announce()
 
     def _stub(self, names: tuple) -> DirectStub:
