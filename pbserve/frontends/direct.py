@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 import json
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -112,9 +112,8 @@ class DirectRoute:
         self.stubs = stubs
         self.ensemble = ensemble
         # an ensemble's first steps' models (announced as its requests come)
-        self.first_steps: tuple[tuple[str, str], ...] = tuple(
-            (s.model_name, str(s.model_version) if s.model_version >= 0 else "")
-            for s in config.ensemble_scheduling.step) if ensemble is not None else ()
+        self.first_steps: tuple[tuple[str, str], ...] = \
+            ensemble.first_steps if ensemble is not None else ()
 
 
 class _Waiting:

@@ -45,18 +45,20 @@ TRIM_INTERVAL_S = 1.0
 
 
 class _Call:
-    """One request on its way: where its responses go, its input blocks, and whose
-    request it is (for a stub's answer: `LinkedCore._on_stub_answer`)."""
+    """One request on its way: where its responses go, its input blocks, and, for one
+    its stub may answer here (`LinkedCore._on_stub_answer`), the model, version and
+    request id its response names."""
 
-    __slots__ = ("future", "queue", "blocks", "closed", "request")
+    __slots__ = ("future", "queue", "blocks", "closed", "answer_as")
 
-    def __init__(self, stream: bool, blocks: list[Block], request: InferRequest) -> None:
+    def __init__(self, stream: bool, blocks: list[Block],
+                 answer_as: tuple[str, str, str] | None) -> None:
         loop = asyncio.get_running_loop()
         self.future: asyncio.Future | None = None if stream else loop.create_future()
         self.queue: asyncio.Queue | None = asyncio.Queue() if stream else None
         self.blocks = blocks
         self.closed = False  # its reader is gone (answered, or cancelled)
-        self.request = request
+        self.answer_as = answer_as
 
 
 class LinkedCore:
@@ -201,11 +203,12 @@ class LinkedCore:
             self._applying_core_log = False
 
     # -- inference ------------------------------------------------------------------------
-    def send_request(self, request: InferRequest, stream: bool, keyed: bool = False
-                     ) -> tuple[int, _Call]:
+    def send_request(self, request: InferRequest, stream: bool,
+                     version: str | None = None) -> tuple[int, _Call]:
         """The request on its way to the core: its id and where its answers go.
-        `keyed`: its id is a key of this frontend's, whose stub may answer it here
-        (a dynamic batcher's model: DirectRoute.scheduled)."""
+        `version`: the model's version (its route's), when its id is to be a key of
+        this frontend's, whose stub may answer it here (a dynamic batcher's model:
+        DirectRoute.scheduled)."""
         placed = blocks_of(request.inputs, self._pool)
         blocks = [block for block in placed if block is not None]
         inputs = []
@@ -222,8 +225,12 @@ class LinkedCore:
         output_shm = tuple((name, ref.region, ref.offset, ref.byte_size)
                            for name, ref in request.output_shm.items()) \
             if request.output_shm else None
-        rid = self.direct.next_key() if keyed else next(self._rids)
-        call = self._calls[rid] = _Call(stream, blocks, request)
+        if version is None:
+            rid, answer_as = next(self._rids), None
+        else:
+            rid, answer_as = self.direct.next_key(), (request.model_name, version,
+                                                      request.id)
+        call = self._calls[rid] = _Call(stream, blocks, answer_as)
         self._inputs[rid] = blocks
         requested = tuple(request.requested_outputs) \
             if request.requested_outputs is not None else None
@@ -238,8 +245,10 @@ class LinkedCore:
             self._channel.watch(ANSWER_WATCH_NS)
         return rid, call
 
-    async def infer(self, request: InferRequest, keyed: bool = False) -> InferResponse:
-        rid, call = self.send_request(request, False, keyed)
+    async def infer(self, request: InferRequest, version: str | None = None
+                    ) -> InferResponse:
+        """`version`: send_request's."""
+        rid, call = self.send_request(request, False, version)
         assert call.future is not None
         try:
             return await call.future
@@ -325,12 +334,11 @@ class LinkedCore:
         the stub, and answers it no more."""
         self._free(self._inputs.pop(rid, ()))
         call = self._calls.pop(rid, None)
-        if call is None or call.closed:  # its reader left: nothing to write
+        if call is None or call.answer_as is None:  # its reader left: nothing to write
             stub.frees.add((d[3], d[4]) for d in msg[p.RESP_OUTPUTS])
             return
         call.closed = True
-        request = call.request
-        response = InferResponse(request.model_name, request.model_version, request.id)
+        response = InferResponse(*call.answer_as)
         self.direct.read(stub, msg, response)
         if call.future is not None:
             if not call.future.done():
@@ -452,9 +460,7 @@ class LinkedModel:
         the instances are busy anyway, and the hint would cost the core a wake-up."""
         self._core.expect(self._name, self._version)
 
-    def expect_request(self) -> None:
-        """An ensemble's step will call this model (its StepModel): as `expect`."""
-        self._core.expect(self._name, self._version)
+    expect_request = expect  # (an ensemble's StepModel: its next step calls this model)
 
     def output_labels(self, output: str) -> list[bytes] | None:
         return self._core._ask("output_labels", self._name, self._version, output)
@@ -476,7 +482,7 @@ class LinkedModel:
             if route.ensemble is not None:
                 return await route.ensemble.infer(request, descs)
             if route.scheduled:
-                return await self._core.infer(request, keyed=True)
+                return await self._core.infer(request, route.version)
             if not route.decoupled:  # (the core refuses a decoupled one)
                 return await self._core.direct.infer(route, request, descs)
         return await self._core.infer(request)

@@ -139,6 +139,8 @@ def test_many_clients_through_both_frontends_get_their_own_answers(server):
     for i, result in enumerate(results):
         assert not isinstance(result, Exception), result
         np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
+        response = result.get_response()
+        assert (response["model_name"], response["model_version"]) == ("held", "1")
     entry = _stats(server)
     assert int(entry["execution_count"]) < int(entry["inference_count"])  # batched
 

@@ -76,6 +76,11 @@ class EnsembleRequests:
         self.runs: set[asyncio.Task] = set()  # the requests in the graph now
 
     @property
+    def first_steps(self) -> tuple[tuple[str, str], ...]:
+        """The (model, version) of the steps that read only the ensemble's inputs."""
+        return tuple((s.model_name, s.version) for s in self._graph.first)
+
+    @property
     def decoupled(self) -> bool:
         """As the config says after loading (a decoupled step makes it so)."""
         return self._cfg.model_transaction_policy.decoupled
