@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from per_request import completed, tree_pids
-from thread_cpu import SHARED, start_server, stop_server
+from thread_cpu import SHARED, start_load, start_server, stop_server
 
 HZ = os.sysconf("SC_CLK_TCK")
 TRITON = (f"bash -c 'source {SHARED}/env_anchor.sh && exec \"$TRITON_BIN\" "
@@ -68,25 +68,12 @@ def _kind(pid: int, root: int) -> str:
     return "frontend" if b"pbserve.cli.frontend_process" in cmdline else "stub"
 
 
-def _load(model: str, protocol: str, port: int, concurrency: int, extra: str,
-          seconds: float) -> subprocess.Popen:
-    """perf_analyzer on `model` for at least 3 + `seconds` s (as thread_cpu.start_load,
-    with the row's extra flags)."""
-    window_ms = int((seconds + 6) * 1000)
-    return subprocess.Popen(
-        ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
-         f"-m {model} -i {protocol} -u 127.0.0.1:{port} --shape INPUT0:16 "
-         f"--concurrency-range {concurrency} --measurement-interval {window_ms} "
-         f"-s 999 --max-trials 3 {extra}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 def measure(server: subprocess.Popen, http: int, grpc: int, row: tuple, seconds: float
             ) -> tuple[float, dict[str, float]]:
     """Requests a second, and CPU us a request by kind of process (and "tree")."""
     _, model, protocol, concurrency, extra = row
-    load = _load(model, protocol, grpc if protocol == "grpc" else http, concurrency, extra,
-                 seconds)
+    load = start_load(model, protocol, grpc if protocol == "grpc" else http, 16,
+                      concurrency, seconds, extra)
     try:
         time.sleep(3)
         pids = tree_pids(server.pid)

@@ -86,15 +86,16 @@ def stop_server(server: subprocess.Popen, show_log: bool = False) -> None:
 
 
 def start_load(model: str, protocol: str, port: int, elements: int, concurrency: int,
-               seconds: float) -> subprocess.Popen:
+               seconds: float, extra: str = "") -> subprocess.Popen:
     """perf_analyzer on `model`, with windows long enough to cover `seconds` of
-    measuring after a 3 s start (it reports their average); read its stdout at the end."""
+    measuring after a 3 s start (it reports their average); read its stdout at the end.
+    `extra`: more of its flags (--streaming)."""
     window_ms = int((seconds + 6) * 1000)
     return subprocess.Popen(
         ["bash", "-c", f"source {SHARED}/env_anchor.sh && exec $PERF_ANALYZER "
          f"-m {model} -i {protocol} -u 127.0.0.1:{port} --shape INPUT0:{elements} "
          f"--concurrency-range {concurrency} --measurement-interval {window_ms} "
-         f"-s 999 --max-trials 3"],
+         f"-s 999 --max-trials 3 {extra}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

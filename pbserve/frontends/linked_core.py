@@ -60,6 +60,17 @@ class _Call:
         self.closed = False  # its reader is gone (answered, or cancelled)
         self.answer_as = answer_as
 
+    def deliver(self, response: InferResponse) -> None:
+        """To its reader (a unary one's answered already: given back)."""
+        if self.future is not None:
+            if not self.future.done():
+                self.future.set_result(response)
+            else:
+                response.release()
+        else:
+            assert self.queue is not None
+            self.queue.put_nowait(response)
+
 
 class LinkedCore:
     """InferenceCore for a frontend process (the protocol: core/api.py)."""
@@ -319,14 +330,7 @@ class LinkedCore:
             response.parameters = json.loads(params)
         if token:
             response._release = lambda: self._releases.add((token,))
-        if call.future is not None:
-            if not call.future.done():
-                call.future.set_result(response)
-            else:
-                response.release()
-        else:
-            assert call.queue is not None
-            call.queue.put_nowait(response)
+        call.deliver(response)
 
     def _on_stub_answer(self, stub: DirectStub, rid: int, msg: tuple) -> None:
         """A stub answered request `rid` here itself (DirectPath's ANSWERS): `execute`
@@ -340,14 +344,7 @@ class LinkedCore:
         call.closed = True
         response = InferResponse(*call.answer_as)
         self.direct.read(stub, msg, response)
-        if call.future is not None:
-            if not call.future.done():
-                call.future.set_result(response)
-            else:
-                response.release()
-        else:
-            assert call.queue is not None
-            call.queue.put_nowait(response)
+        call.deliver(response)
 
     def _tensor(self, name: str, datatype: str, shape: tuple, where: int, a: Any,
                 b: Any) -> TensorData:
