@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from pbserve.exit_signals import children
 from pbserve.testing import running_server, stub_pids
 from polling import wait_for
 
@@ -194,3 +195,61 @@ def test_a_client_that_leaves_a_running_batch_harms_no_other(server):
     for i, result in enumerate(staying):
         assert not isinstance(result, Exception), result
         np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
+
+
+def test_a_frontend_killed_under_batched_load_is_replaced_and_the_other_serves_on(server):
+    """SIGKILL one frontend while 16 clients send batched requests: the clients on the
+    other go on, only the killed one's requests fail, and the new frontend (its keys
+    unknown to the stubs until it asks a route) is answered too."""
+    def frontends() -> list[int]:
+        return sorted(pid for pid in children(server.pid)
+                      if b"pbserve.cli.frontend_process" in _cmdline(pid))
+    stop = threading.Event()
+    counts = {"ok": 0, "failed": 0}
+    lock = threading.Lock()
+
+    def client_loop(i: int) -> None:
+        client = server.http_client()
+        while not stop.is_set():
+            try:
+                result = client.infer("held", _x(float(i)))
+                np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
+                with lock:
+                    counts["ok"] += 1
+            except Exception:  # noqa: BLE001 - the killed frontend's connection
+                with lock:
+                    counts["failed"] += 1
+                client.close()
+                client = server.http_client()
+        client.close()
+
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: counts["ok"] >= 100, "requests under way", 20)
+        before = frontends()
+        os.kill(before[0], signal.SIGKILL)
+        wait_for(lambda: len(frontends()) == 2 and before[0] not in frontends(),
+                 "a new frontend", 20)
+        with lock:
+            ok_at_restart = counts["ok"]
+        wait_for(lambda: counts["ok"] - ok_at_restart > 200, "answers after it", 20)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert counts["failed"] <= 16  # at most each client's request in flight on it
+    new = [pid for pid in frontends() if pid not in before]
+    assert len(new) == 1
+    # the new frontend answers too: every connection of a fresh client reaches one of two
+    results = _many(server.http_client, 16)
+    assert not any(isinstance(r, Exception) for r in results), results
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
