@@ -217,9 +217,9 @@ class Model:
         self.stats.cache_enabled = self._cache is not None
         # whose stubs may answer a frontend's requests themselves (`_answered_instances`;
         # an instance whose stub no frontend reads answers the core: ModelInstance._send)
-        self._answerable = cfg.HasField("dynamic_batching") and not self.decoupled \
-            and not cfg.dynamic_batching.preserve_ordering and self._cache is None \
-            and not cfg.HasField("sequence_batching")
+        self._answerable = not self.decoupled and self._cache is None and (
+            cfg.HasField("sequence_batching") or cfg.HasField("dynamic_batching")
+            and not cfg.dynamic_batching.preserve_ordering)
         self._admission = Admission(self.name, self.version, cfg, self.stats,
                                     self._services.refs, self._outage)
         self.scheduler = scheduler = self._admission.scheduler
@@ -299,10 +299,10 @@ class Model:
 
     def _answered_instances(self) -> list[ModelInstance] | None:
         """The instances whose stubs answer a frontend's requests themselves, which the
-        core schedules (a dynamic batcher's: stub/stub.py `_answer_frontends`); None
-        where answers must pass through the core: a decoupled model, the sequence
-        batcher, preserve_ordering, the response cache, tracing, an instance not READY,
-        a stub without a bell."""
+        core schedules (a dynamic or sequence batcher's: stub/stub.py
+        `_answer_frontends`); None where answers must pass through the core: a decoupled
+        model, preserve_ordering, the response cache, tracing, an instance not READY, a
+        stub without a bell."""
         if not self._answerable or TRACER.enabled or not self.instances:
             return None
         for instance in self.instances:

@@ -26,14 +26,18 @@ def read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=[1, 2], ids=["in-process", "2-frontend-processes"])
+def server(request, tmp_path_factory):
+    """One process, and two frontend processes (a sequence batcher's stub answers each
+    request to its frontend: stub/stub.py `_answer_frontends`)."""
     root = tmp_path_factory.mktemp("sequence")
     repo = root / "models"
     for name in MODELS:
         shutil.copytree(TEST_MODELS / name, repo / name)
+    frontends = ["--frontend-processes", "2"] if request.param == 2 else []
     with running_server(repo, log_path=root / "server.log",
-                        args=["--model-control-mode", "explicit", "--load-model", "*"]) as srv:
+                        args=["--model-control-mode", "explicit", "--load-model", "*",
+                              *frontends]) as srv:
         yield srv
 
 
