@@ -303,7 +303,7 @@ class DirectPath:
         waiting.size = batch or 1
         stub.outstanding += 1
         if len(self._waiting) == 1 and MACHINE.spare():  # a lone request, an idle machine
-            self._watch(stub)
+            self.watch(stub)
         return key, waiting
 
     def _place_unlent(self, inputs: list[TensorData], lent: tuple
@@ -323,7 +323,7 @@ class DirectPath:
                 where.append((block.region, block.offset, block.nbytes))
         return blocks, where
 
-    def _watch(self, stub: DirectStub) -> None:
+    def watch(self, stub: DirectStub) -> None:
         """Poll the stub's answer queue for a while (as LinkedCore watches the core's
         answer: latency/queue_watch.py), so that a short model's answer is read without
         the doorbell's wake-up of an idle loop."""

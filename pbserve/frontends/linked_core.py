@@ -215,11 +215,10 @@ class LinkedCore:
 
     # -- inference ------------------------------------------------------------------------
     def send_request(self, request: InferRequest, stream: bool,
-                     version: str | None = None) -> tuple[int, _Call]:
+                     route: DirectRoute | None = None) -> tuple[int, _Call]:
         """The request on its way to the core: its id and where its answers go.
-        `version`: the model's version (its route's), when its id is to be a key of
-        this frontend's, whose stub may answer it here (a dynamic batcher's model:
-        DirectRoute.scheduled)."""
+        `route`: the model's, when its id is to be a key of this frontend's, whose stub
+        may answer it here (a batcher's model: DirectRoute.scheduled)."""
         placed = blocks_of(request.inputs, self._pool)
         blocks = [block for block in placed if block is not None]
         inputs = []
@@ -236,10 +235,10 @@ class LinkedCore:
         output_shm = tuple((name, ref.region, ref.offset, ref.byte_size)
                            for name, ref in request.output_shm.items()) \
             if request.output_shm else None
-        if version is None:
+        if route is None:
             rid, answer_as = next(self._rids), None
         else:
-            rid, answer_as = self.direct.next_key(), (request.model_name, version,
+            rid, answer_as = self.direct.next_key(), (request.model_name, route.version,
                                                       request.id)
         call = self._calls[rid] = _Call(stream, blocks, answer_as)
         self._inputs[rid] = blocks
@@ -253,13 +252,17 @@ class LinkedCore:
             tuple(inputs), requested, params, request.correlation_id, request.flags,
             request.priority, request.timeout_us, headers, output_shm, releases))
         if len(self._calls) == 1 and MACHINE.spare():  # a lone request on an idle machine
-            self._channel.watch(ANSWER_WATCH_NS)
+            if route is None:
+                self._channel.watch(ANSWER_WATCH_NS)
+            else:  # (whichever of its stubs the core sends it to answers)
+                for stub in route.stubs:
+                    self.direct.watch(stub)
         return rid, call
 
-    async def infer(self, request: InferRequest, version: str | None = None
+    async def infer(self, request: InferRequest, route: DirectRoute | None = None
                     ) -> InferResponse:
-        """`version`: send_request's."""
-        rid, call = self.send_request(request, False, version)
+        """`route`: send_request's."""
+        rid, call = self.send_request(request, False, route)
         assert call.future is not None
         try:
             return await call.future
@@ -479,7 +482,7 @@ class LinkedModel:
             if route.ensemble is not None:
                 return await route.ensemble.infer(request, descs)
             if route.scheduled:
-                return await self._core.infer(request, route.version)
+                return await self._core.infer(request, route)
             if not route.decoupled:  # (the core refuses a decoupled one)
                 return await self._core.direct.infer(route, request, descs)
         return await self._core.infer(request)
