@@ -5,10 +5,14 @@ through the core otherwise. Driven as a user would: a real server with
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import shutil
 import signal
+import socket
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +97,11 @@ def server(tmp_path_factory):
         '{ model_name: "double" model_version: -1 input_map { key: "X" value: "b" } '
         'output_map { key: "Y" value: "OUT" } } ] }\n'))
     _ensemble(repo, "ens_fails", io + _chain("fails", "X", "Y", "IN", "OUT", 1))
+    shutil.copytree(ROOT / "tests/models/cancel_probe", repo / "cancel_probe")
+    _ensemble(repo, "ens_cancel", (
+        'input [ { name: "M" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        'output [ { name: "S" data_type: TYPE_BOOL dims: [ 1 ] } ]\n'
+        + _chain("cancel_probe", "MARKER", "SEEN", "M", "S", 1)))
     _ensemble(repo, "ens_stream", (
         'input [ { name: "P" data_type: TYPE_STRING dims: [ 1 ] }, '
         '{ name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
@@ -190,3 +199,26 @@ def test_a_decoupled_steps_stream_is_the_ensembles(server):
     prompt.set_data_from_numpy(np.array([b"hi"], dtype=np.object_))
     with pytest.raises(Exception, match="decoupled transaction policy"):
         server.http_client().infer("ens_stream", [prompt])  # a unary call: refused
+
+
+def test_a_client_that_leaves_cancels_the_steps_and_counts_as_cancelled(server, tmp_path):
+    """The frontend's graph is cancelled with its client: the step's model sees
+    `is_cancelled()`, and the ensemble counts a CANCELED failure, as in the core."""
+    marker = tmp_path / "seen.json"
+    body = json.dumps({"inputs": [{"name": "M", "datatype": "BYTES", "shape": [1],
+                                   "data": [str(marker)]}]}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+        sock.sendall(b"POST /v2/models/ens_cancel/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+        time.sleep(0.5)  # the step runs now
+    wait_for(lambda: marker.exists() and marker.read_text().endswith("}"),
+             "the step's answer", 15)  # written whole
+    assert json.loads(marker.read_text())["cancelled"] is True
+
+    def cancelled() -> bool:
+        with urllib.request.urlopen(server.metrics_url) as r:
+            text = r.read().decode()
+        return 'nv_inference_request_failure{model="ens_cancel",reason="CANCELED",' \
+            'version="1"} 1' in text
+    wait_for(cancelled, "the ensemble's CANCELED failure", 10)
