@@ -233,7 +233,8 @@ class Model:
         itself (docs/frontend_processes.md): its version, its config (serialized, for
         validation), each READY instance's queue names (to its stub, from it), its
         stub's bell, pid and instance name, and whether the requests go through the core
-        (`scheduled`: a dynamic batcher's; the stubs answer the frontend themselves).
+        (`scheduled`: a dynamic or sequence batcher's; the stubs answer the frontend
+        themselves).
         None where requests and answers must pass through the core
         (`_direct_instances`, `_answered_instances`)."""
         instances = self._direct_instances()
