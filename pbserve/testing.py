@@ -91,6 +91,12 @@ def stub_pids(server_pid: int) -> list[int]:
     return found
 
 
+def frontend_pids(server_pid: int) -> list[int]:
+    """The pids of a server's frontend processes (`--frontend-processes N`), sorted."""
+    return sorted(pid for pid in children(server_pid)
+                  if b"pbserve.cli.frontend_process" in _command_line(pid))
+
+
 def _command_line(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

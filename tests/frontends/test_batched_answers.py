@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pbserve.exit_signals import children
-from pbserve.testing import running_server, stub_pids
+from pbserve.testing import frontend_pids, running_server, stub_pids
 from polling import wait_for
 
 # Doubles X; a batch waits until the file named by the model's parameter "hold" is gone,
@@ -201,9 +200,6 @@ def test_a_frontend_killed_under_batched_load_is_replaced_and_the_other_serves_o
     """SIGKILL one frontend while 16 clients send batched requests: the clients on the
     other go on, only the killed one's requests fail, and the new frontend (its keys
     unknown to the stubs until it asks a route) is answered too."""
-    def frontends() -> list[int]:
-        return sorted(pid for pid in children(server.pid)
-                      if b"pbserve.cli.frontend_process" in _cmdline(pid))
     stop = threading.Event()
     counts = {"ok": 0, "failed": 0}
     lock = threading.Lock()
@@ -228,9 +224,9 @@ def test_a_frontend_killed_under_batched_load_is_replaced_and_the_other_serves_o
         thread.start()
     try:
         wait_for(lambda: counts["ok"] >= 100, "requests under way", 20)
-        before = frontends()
+        before = frontend_pids(server.pid)
         os.kill(before[0], signal.SIGKILL)
-        wait_for(lambda: len(frontends()) == 2 and before[0] not in frontends(),
+        wait_for(lambda: len(now := frontend_pids(server.pid)) == 2 and before[0] not in now,
                  "a new frontend", 20)
         with lock:
             ok_at_restart = counts["ok"]
@@ -240,16 +236,8 @@ def test_a_frontend_killed_under_batched_load_is_replaced_and_the_other_serves_o
         for thread in threads:
             thread.join(30)
     assert counts["failed"] <= 16  # at most each client's request in flight on it
-    new = [pid for pid in frontends() if pid not in before]
+    new = [pid for pid in frontend_pids(server.pid) if pid not in before]
     assert len(new) == 1
     # the new frontend answers too: every connection of a fresh client reaches one of two
     results = _many(server.http_client, 16)
     assert not any(isinstance(r, Exception) for r in results), results
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""

@@ -17,22 +17,9 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from pbserve.exit_signals import children
-from pbserve.testing import running_server
+from pbserve.testing import frontend_pids, running_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "models" / "examples"
-
-
-def frontend_pids(server_pid: int) -> list[int]:
-    pids = []
-    for pid in children(server_pid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"pbserve.cli.frontend_process" in f.read():
-                    pids.append(pid)
-        except OSError:
-            pass
-    return sorted(pids)
 
 
 @pytest.fixture(scope="module")
