@@ -7,6 +7,23 @@ import textwrap
 from pathlib import Path
 
 
+# A Python model answering Y = 2 X for each request, and the inputs and outputs of its
+# config (FP32 [4], batches of up to 8): the frontend tests' batched model.
+DOUBLE_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
+            for r in requests]
+"""
+DOUBLE_IO = ('max_batch_size: 8\n'
+             'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+             'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+
+
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text))

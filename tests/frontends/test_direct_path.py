@@ -21,21 +21,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pbserve.testing import running_server, stub_pids
+from model_files import DOUBLE_IO, DOUBLE_MODEL
 from polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-DOUBLE = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
-            for r in requests]
-"""
 
 AGAIN = """
 import triton_python_backend_utils as pb_utils
@@ -97,11 +87,8 @@ def server(tmp_path_factory):
     config = repo / "async_stream" / "config.pbtxt"
     config.write_text(config.read_text().replace('"50"', '"1"'))  # 1 ms a chunk
     (repo / "double" / "1").mkdir(parents=True)  # batched, without a batcher
-    (repo / "double" / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 8\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
-    (repo / "double" / "1" / "model.py").write_text(DOUBLE)
+    (repo / "double" / "config.pbtxt").write_text('backend: "python"\n' + DOUBLE_IO)
+    (repo / "double" / "1" / "model.py").write_text(DOUBLE_MODEL)
     (repo / "again" / "1").mkdir(parents=True)  # asks for RESCHEDULE, without a batcher
     (repo / "again" / "config.pbtxt").write_text(
         'backend: "python"\n'

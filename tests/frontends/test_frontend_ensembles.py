@@ -21,20 +21,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pbserve.testing import running_server
+from model_files import DOUBLE_IO, DOUBLE_MODEL
 from polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-DOUBLE = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
-            for r in requests]
-"""
 
 FAILS = """
 import triton_python_backend_utils as pb_utils
@@ -66,11 +56,6 @@ def _chain(model: str, inp: str, out: str, first: str, last: str, steps: int) ->
         for a, b in zip(names, names[1:])) + " ] }\n"
 
 
-BATCHED_IO = ('max_batch_size: 8\n'
-              'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-              'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ensembles")
@@ -79,15 +64,15 @@ def server(tmp_path_factory):
     shutil.copytree(ROOT / "models/examples/async_stream", repo / "async_stream")
     config = repo / "async_stream" / "config.pbtxt"
     config.write_text(config.read_text().replace('"50"', '"1"'))  # 1 ms a chunk
-    _model(repo, "double", 'backend: "python"\n' + BATCHED_IO, DOUBLE)  # direct
-    _model(repo, "double_batched", 'backend: "python"\n' + BATCHED_IO  # through the core
-           + "dynamic_batching { max_queue_delay_microseconds: 100 }\n", DOUBLE)
-    _model(repo, "fails", 'backend: "python"\n' + BATCHED_IO, FAILS)
+    _model(repo, "double", 'backend: "python"\n' + DOUBLE_IO, DOUBLE_MODEL)  # direct
+    _model(repo, "double_batched", 'backend: "python"\n' + DOUBLE_IO  # through the core
+           + "dynamic_batching { max_queue_delay_microseconds: 100 }\n", DOUBLE_MODEL)
+    _model(repo, "fails", 'backend: "python"\n' + DOUBLE_IO, FAILS)
     fp32 = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
             'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
     _ensemble(repo, "ens3", fp32 + _chain("identity", "INPUT_FP32", "OUTPUT_FP32",
                                           "IN", "OUT", 3))
-    io = BATCHED_IO.replace('"X"', '"IN"').replace('"Y"', '"OUT"')
+    io = DOUBLE_IO.replace('"X"', '"IN"').replace('"Y"', '"OUT"')
     _ensemble(repo, "ens_mixed", io + (
         'ensemble_scheduling { step [ '
         '{ model_name: "double" model_version: -1 input_map { key: "X" value: "IN" } '
