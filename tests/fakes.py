@@ -1,7 +1,8 @@
 """The tests' shared fakes, in one module:
 - `FakeHandle`: the model handle of the fake cores (api.ModelHandle over a core's
   by-name methods), so a fake core only needs `model_handle` to return one;
-- `FakeLoop`: an event loop stand-in whose clock and timers a test moves by hand;
+- `FakeLoop`: an event loop stand-in whose clock and timers a test moves by hand, and
+  `fake_clock`, which puts a batcher on one;
 - `FakePlacer`: an InputPlacer (core/api.py) that buffers in process memory, and
   `move_out`, the pressure step both frontends' gatherers are tested under;
 - `FakeCore`, `ServerThread`, `assert_all_released`: what the frontend tests share: the
@@ -84,6 +85,42 @@ class FakeLoop:
             if entry in self.timers:
                 self.timers.remove(entry)
                 entry[1]()
+
+
+class _FakeTimer:
+    """A batcher's PreciseTimer (scheduling/precise_timer.py) on a FakeLoop's clock."""
+
+    def __init__(self, loop: FakeLoop, callback) -> None:
+        self._loop, self._callback, self._handle = loop, callback, None
+
+    def now(self) -> float:
+        return self._loop.now
+
+    def at(self, when: float) -> None:
+        if self._handle is not None and self._handle.when() <= when:
+            return
+        self.cancel()
+        self._handle = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._callback()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    close = cancel
+
+
+def fake_clock(batcher: Any) -> FakeLoop:
+    """Put a Scheduler or SequenceBatcher on a FakeLoop: its loop, its clock and its
+    timer; the loop."""
+    loop = batcher._loop = FakeLoop()
+    batcher._timer.close()
+    batcher._timer = _FakeTimer(loop, batcher._on_timer)
+    return loop
 
 
 # -- fake placer ------------------------------------------------------------------

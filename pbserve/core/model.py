@@ -370,6 +370,7 @@ class Model:
             for pending in self.scheduler.drain():
                 self._admission.fail(pending, ServerError(
                     ErrorCode.UNAVAILABLE, f"model '{self.name}' is being unloaded"))
+            self.scheduler.close()
         await self._wait_idle()
         await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
         self._unlimit()

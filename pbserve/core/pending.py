@@ -67,9 +67,9 @@ class PendingRequest:
         self.future: asyncio.Future | None = None if streaming or sink is not None \
             else loop.create_future()
         self.stream: asyncio.Queue | None = asyncio.Queue() if streaming else None
-        self.arrival_s = loop.time()
         self.arrival_ns = time.monotonic_ns()
-        self.queue_deadline = 0.0  # loop time its queue-policy timeout ends (0: none)
+        self.arrival_s = self.arrival_ns / 1e9  # the batchers' clock (precise_timer.py)
+        self.queue_deadline = 0.0  # when its queue-policy timeout ends (0: none; as arrival_s)
         self.exec_start_ns = 0
         # its statistics (Triton's compute_input / compute_infer / compute_output, ns):
         # the input copy into shm, the execution, making its responses of the stub's

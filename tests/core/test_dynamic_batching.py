@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from client_inputs import http_input
 from pbserve.testing import running_server
 from polling import wait_for
-from fakes import FakeLoop
+from fakes import fake_clock
 
 TEST_MODELS = Path(__file__).resolve().parents[1] / "models"
 MODELS = ("batch_gather", "queue_timeout", "queue_bounded", "queue_priority", "ordered_stream",
@@ -290,7 +290,7 @@ def scheduler_for(config: str):
 
     cfg = text_format.Parse(config, mc.ModelConfig())
     scheduler = Scheduler(cfg, PlacedAdmission())
-    scheduler._loop = FakeLoop()
+    fake_clock(scheduler)
     instance = FakeInstance()
     scheduler.instances = [instance]
     return scheduler, instance
@@ -474,32 +474,3 @@ def test_batch_stats_count_the_batch_that_ran_not_the_requests(server):
     after = executions()
     assert after.get(3, 0) == before.get(3, 0) + 1
     assert after.get(1, 0) == before.get(1, 0)
-
-
-@pytest.mark.parametrize("loop_factory", ["asyncio", "uvloop"])
-def test_the_batchers_timer_takes_a_deadline_already_passed(loop_factory):
-    """uvloop answers a call_at whose time has passed with a plain Handle, which has no
-    when(): the batcher's next wait must still find its timer (a failed request per
-    client, `'uvloop.loop.Handle' object has no attribute 'when'`, under perf_analyzer at
-    c=16 on a fresh server)."""
-    import asyncio
-
-    import uvloop
-
-    from pbserve.core.scheduling.scheduler import arm
-
-    loop = uvloop.new_event_loop() if loop_factory == "uvloop" else asyncio.new_event_loop()
-    fired = []
-    try:
-        past = arm(loop, None, loop.time() - 1.0, lambda: fired.append("past"))
-        assert arm(loop, past, loop.time() + 5.0, lambda: fired.append("later")) is past
-        later = arm(loop, None, loop.time() + 5.0, lambda: fired.append("later"))
-        sooner = arm(loop, later, loop.time() + 0.01, lambda: fired.append("sooner"))
-        assert sooner is not later and later.cancelled()
-        loop.run_until_complete(asyncio.sleep(0.05))
-        # Both fired, the cancelled one not; in which order depends on whether 10 ms
-        # passed before the loop's first turn (uvloop runs due timers before ready
-        # handles), which a busy machine decides.
-        assert sorted(fired) == ["past", "sooner"]
-    finally:
-        loop.close()

@@ -8,7 +8,7 @@ import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from fakes import FakeLoop
+from fakes import fake_clock
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.equal_inputs import EqualInputs
 from pbserve.core.scheduling.scheduler import Scheduler, choose_batch
@@ -113,7 +113,7 @@ async def test_the_scheduler_sends_the_waiting_batch_when_another_shape_arrives(
         dynamic_batching { preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: 10000000 }
         """)
     scheduler = Scheduler(cfg, Staged())
-    loop = scheduler._loop = FakeLoop()
+    loop = fake_clock(scheduler)
     instance = Instance()
     scheduler.instances = [instance]
 

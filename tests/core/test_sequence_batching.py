@@ -14,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 from client_inputs import grpc_input, http_input
 from pbserve.testing import running_server
 from polling import wait_for
-from fakes import FakeLoop
+from fakes import fake_clock
 
 TEST_MODELS = Path(__file__).resolve().parents[1] / "models"
 MODELS = ("seq_pid", "seq_string", "seq_evict", "seq_evict_idle", "seq_evict_unload",
@@ -248,7 +248,7 @@ def batcher_for(config: str):
 
     cfg = text_format.Parse(config, mc.ModelConfig())
     batcher = SequenceBatcher(cfg, NoControls())
-    batcher._loop = FakeLoop()
+    fake_clock(batcher)
     instance = FakeInstance()
     batcher.instances = [instance]
     return batcher, instance

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +31,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.equal_inputs import EqualInputs
+from pbserve.core.scheduling.precise_timer import PreciseTimer
 from pbserve.core.scheduling.reorder import ReorderBuffer
 from pbserve.core.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
@@ -84,19 +85,6 @@ def choose_batch(items: Iterable[tuple[int, float, Hashable]], preferred: frozen
     if saturated or size >= max_preferred or exceeded or delay_s <= 0:
         return count, 0.0
     return 0, oldest + delay_s
-
-
-def arm(loop: asyncio.AbstractEventLoop, timer: asyncio.Handle | None, when: float,
-        callback: Callable[[], None]) -> asyncio.Handle:
-    """One timer serves every wait of a batcher: `timer` when it fires by `when`, else
-    (cancelling it) a new one at `when`. uvloop answers a `call_at` whose time has passed
-    with a plain Handle (no `when()`): it runs on the next turn, before any `when`."""
-    if timer is not None:
-        fires = getattr(timer, "when", None)
-        if fires is None or fires() <= when:
-            return timer
-        timer.cancel()
-    return loop.call_at(when, callback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +170,8 @@ class Scheduler:
         self._add_level(self._default_level, self._default_policy)
         self._size = 0
         self._next_deadline = math.inf
-        self._timer: asyncio.Handle | None = None
+        # the queue delay's and the queue policies' clock and wake-up (to the microsecond)
+        self._timer = PreciseTimer(self._loop, self._on_timer)
         self._ordering = ReorderBuffer() if self._batching and db.preserve_ordering else None
 
     def _add_level(self, level: int, policy: QueuePolicy) -> _Level:
@@ -237,7 +226,7 @@ class Scheduler:
             # Triton lets a request shorten the default timeout, never lengthen it.
             if policy.allow_override and 0 < override_s < timeout_s:
                 timeout_s = override_s
-            deadline = self._loop.time() + timeout_s
+            deadline = self._timer.now() + timeout_s
             self._watch(deadline)
         pending.queue_deadline = deadline
         if self._equal_inputs is not None:
@@ -271,7 +260,7 @@ class Scheduler:
         /dev/shm could not take their inputs): first in line again, each under the
         queue-policy timeout it was queued with. One whose timeout passed meanwhile is
         rejected with Triton's error, or (DELAY) first of its level's delayed requests."""
-        now = self._loop.time()
+        now = self._timer.now()
         for pending in reversed(batch):
             level = self._level_of(pending.request.priority)
             lv = self._levels.get(level)
@@ -377,10 +366,12 @@ class Scheduler:
             lv.queue.clear()
             lv.delayed.clear()
         self._size = 0
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         return queued
+
+    def close(self) -> None:
+        """The model is unloaded: its timer goes (after `drain`)."""
+        self._timer.close()
 
     # -- batches ------------------------------------------------------------------------
     def _in_order(self) -> Iterator[PendingRequest]:
@@ -393,7 +384,7 @@ class Scheduler:
     def _take_batch(self) -> list[PendingRequest] | None:
         if not self._batching:
             return [self._pop()]
-        now = self._loop.time()
+        now = self._timer.now()
         if now >= self._next_deadline:
             self._expire(now)
             if not self._size:
@@ -436,11 +427,10 @@ class Scheduler:
             self._arm(deadline)
 
     def _arm(self, when: float) -> None:
-        self._timer = arm(self._loop, self._timer, when, self._on_timer)
+        self._timer.at(when)
 
     def _on_timer(self) -> None:
-        self._timer = None
-        now = self._loop.time()
+        now = self._timer.now()
         if now >= self._next_deadline:
             self._expire(now)
         elif self._next_deadline < math.inf:  # it fired for the queue delay

@@ -38,8 +38,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.config.model_config import datatype_of
 from pbserve.core.pending import PendingRequest
+from pbserve.core.scheduling.precise_timer import PreciseTimer
 from pbserve.core.scheduling.scheduler import (
-    RESCHEDULE_UNSUPPORTED, Staging, arm, choose_batch, reject)
+    RESCHEDULE_UNSUPPORTED, Staging, choose_batch, reject)
 from pbserve.core.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
 from pbserve.errors import ErrorCode
 from stub import protocol as p
@@ -154,7 +155,8 @@ class SequenceBatcher:
         self._running: dict[ModelInstance, list[_Entry]] = {}
         self._next_corrid = 1  # iterative_sequence's own ids, as Triton counts them
         self._reaper: asyncio.TimerHandle | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        # the batch delay's clock and wake-up, to the microsecond (precise_timer.py)
+        self._timer = PreciseTimer(self._loop, self._on_timer)
         self._closed = False
 
     @property
@@ -196,7 +198,7 @@ class SequenceBatcher:
                 return
             corrid, flags = self._next_corrid, FLAG_SEQUENCE_START
             self._next_corrid += 1
-        entry = _Entry(pending, corrid, flags, self._loop.time())
+        entry = _Entry(pending, corrid, flags, self._timer.now())
         if self._enqueue(entry):
             self.dispatch()
 
@@ -231,7 +233,7 @@ class SequenceBatcher:
                    f"request for model '{self._name}' was cancelled")
             return
         entry.flags = 0  # Triton: neither START nor END
-        entry.queued_s = self._loop.time()
+        entry.queued_s = self._timer.now()
         # Refused (its sequence ended meanwhile): it completes, as a final request does.
         entry.rescheduled = self._enqueue(entry)
 
@@ -277,10 +279,10 @@ class SequenceBatcher:
         """The model is going away: every queued request, and the eviction notice
         ("unload") for each live sequence its instance has seen."""
         self._closed = True
-        for timer in (self._timer, self._reaper):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._reaper = None
+        self._timer.cancel()
+        if self._reaper is not None:
+            self._reaper.cancel()
+        self._reaper = None
         queued: list[PendingRequest] = []
         sequences = [slot.seq for slots in self._slots.values() for slot in slots
                      if slot.seq is not None]
@@ -414,7 +416,7 @@ class SequenceBatcher:
                       if slot.seq is not None and slot.seq.queue]
         if not candidates:
             return None
-        now = self._loop.time()
+        now = self._timer.now()
         if self._oldest:
             candidates.sort(key=lambda e: e.queued_s)
             count, wait_until = choose_batch(
@@ -488,11 +490,14 @@ class SequenceBatcher:
             made.append(admission.add_control_tensor(pending, name, datatype, shape, data))
         return tuple(made)
 
+    def close(self) -> None:
+        """The model is unloaded: its timer goes (after `drain`)."""
+        self._timer.close()
+
     def _arm(self, when: float) -> None:
-        self._timer = arm(self._loop, self._timer, when, self._on_timer)
+        self._timer.at(when)
 
     def _on_timer(self) -> None:
-        self._timer = None
         self.dispatch()
 
 
