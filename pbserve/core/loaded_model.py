@@ -10,6 +10,7 @@ from pbserve.core.memory.shared_memory import SharedMemoryManager
 from pbserve.core.observability.tracing import TRACER
 from pbserve.core.output_labels import output_labels
 from pbserve.core.types import InferRequest, InferResponse
+from pbserve.errors import ErrorCode, ServerError
 
 
 class LoadedModel:
@@ -83,6 +84,20 @@ class LoadedModel:
             return None
         pending = model.infer_now(request, descs, lambda _pending, response: answer(response),
                                   key)
+        return lambda: model.cancel(pending)
+
+    def queue_made(self, request: InferRequest, msg: tuple, batch_size: int,
+                   answer: Callable[[InferResponse], None]) -> Callable[[], None]:
+        """A frontend process's request for a model whose stub answers that frontend
+        (Model.direct_route's `scheduled`), validated there and its stub's message
+        made there (frontends/direct.py `stub_message`): queued now (Model.queue_made),
+        `answer` called as infer_now's; the way to cancel it."""
+        model = self._model
+        if not isinstance(model, Model):
+            raise ServerError(ErrorCode.INTERNAL,
+                              f"model '{request.model_name}' does not queue made requests")
+        pending = model.queue_made(request, msg, batch_size,
+                                   lambda _pending, response: answer(response))
         return lambda: model.cancel(pending)
 
     def stream_infer(self, request: InferRequest, descs: tuple | None = None

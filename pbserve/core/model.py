@@ -438,15 +438,33 @@ class Model:
         (`direct_route`; its response here then is `answered`, without outputs)."""
         if self.decoupled:
             raise unary_on_decoupled(self.name, request.id)
+        if key and not self._answerable:
+            key = 0
+        return self._admission.submit(request, streaming=False, descs=descs,
+                                      sink=self._counted(answer), key=key)
 
+    def queue_made(self, request: InferRequest, msg: tuple, batch_size: int,
+                   answer: Callable[[PendingRequest, InferResponse], None]
+                   ) -> PendingRequest:
+        """`infer_now` for a request a frontend process validated and made the stub's
+        message of, under its own key (frontends/direct.py `stub_message`; its inputs in
+        that frontend's pool): queued as it came (Admission.submit_made). Its stub
+        answers the frontend itself where the model lets it (`direct_route`), else
+        this process (then under a key of its own)."""
+        if self.decoupled:
+            raise unary_on_decoupled(self.name, request.id)
+        return self._admission.submit_made(request, msg, batch_size, self._counted(answer),
+                                           self._answerable)
+
+    def _counted(self, answer: Callable[[PendingRequest, InferResponse], None]
+                 ) -> Callable[[PendingRequest, InferResponse], None]:
+        """`answer`, after a final response's statistics are counted (a sink of
+        Admission.submit: no coroutine awaits the response to count it)."""
         def completed(pending: PendingRequest, response: InferResponse) -> None:
             if response.final and not pending.cancelled:
                 self._accounting.completed(pending, response)
             answer(pending, response)
-        if key and not self._answerable:
-            key = 0
-        return self._admission.submit(request, streaming=False, descs=descs, sink=completed,
-                                      key=key)
+        return completed
 
     async def stream_infer(self, request: InferRequest, descs: tuple | None = None,
                            on_submit: Callable[[PendingRequest], None] | None = None

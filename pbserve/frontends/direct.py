@@ -29,6 +29,7 @@ from pbserve.core.latency.queue_watch import QueueWatch
 from pbserve.core.latency.spare_cpu import MACHINE
 from pbserve.core.observability.response_stats import (
     CANCEL, EMPTY, FAIL, SUCCESS, ResponseStats)
+from pbserve.core.scheduling.equal_inputs import EqualInputs
 from pbserve.core.types import InferRequest, InferResponse, TensorData
 from pbserve.core.validation import RequestValidator
 from pbserve.errors import ErrorCode, ServerError, unavailable
@@ -106,6 +107,10 @@ class DirectRoute:
                  ensemble: Any = None, scheduled: bool = False) -> None:
         self.version = version
         self.scheduled = scheduled
+        # the core only queues the stub's message made here (QUEUE: DirectPath.stub_message);
+        # not where a dynamic batcher compares the inputs' shapes (it needs the request's)
+        self.queues_made = scheduled and (config.HasField("sequence_batching")
+                                          or not EqualInputs(config).needed)
         self.validator = RequestValidator(config)
         self.output_names = tuple(o.name for o in config.output)
         self.decoupled = config.model_transaction_policy.decoupled
@@ -266,29 +271,10 @@ class DirectPath:
               lent: tuple | None = None) -> tuple[int, _Waiting]:
         """The request validated, placed and sent to the instance with the fewest of
         this frontend's requests outstanding: its key, and where its answers go.
-        `lent`: where its inputs lie in shm already (an ensemble step's: its earlier
-        steps' outputs, kept by the ensemble until this step is done), by input; one
-        with no region ("") is placed as any request's."""
+        `lent`: stub_message's."""
         arrived_ns = time.monotonic_ns()
-        batch = route.validator.validate(request)
-        # (none is in a client region: such requests go through the core)
-        inputs = request.inputs
-        if lent is None:
-            blocks = [b for b in blocks_of(inputs, self._pool) if b is not None]
-            where = [(b.region, b.offset, b.nbytes) for b in blocks]
-        else:
-            blocks, where = self._place_unlent(inputs, lent)
-        model_shape = route.validator.model_shape
-        descs = tuple((t.name, t.datatype, model_shape(t, batch), *w)
-                      for t, w in zip(inputs, where))
         key = next(self._keys)
-        msg = p.request_msg(
-            key=key, request_id=request.id, correlation_id=request.correlation_id,
-            flags=request.flags,
-            parameters_json=json.dumps(request.parameters) if request.parameters else "{}",
-            timeout_us=request.timeout_us,
-            requested=tuple(request.requested_outputs or route.output_names),
-            inputs=descs, lendable=False, output_shm=None)
+        blocks, msg, batch = self.stub_message(route, request, key, lent)
         stub = min(route.stubs, key=lambda s: s.outstanding)
         frees = stub.frees.take()
         try:
@@ -305,6 +291,34 @@ class DirectPath:
         if len(self._waiting) == 1 and MACHINE.spare():  # a lone request, an idle machine
             self.watch(stub)
         return key, waiting
+
+    def stub_message(self, route: DirectRoute, request: InferRequest, key: int,
+                     lent: tuple | None = None) -> tuple[list[Block], tuple, int]:
+        """The request validated as the core would, its inputs placed in this process's
+        pool, and its message for the stub (stub/protocol.py request_msg) under `key`:
+        the blocks placed, the message, the batch size. `lent`: where its inputs lie in
+        shm already (an ensemble step's: its earlier steps' outputs, kept by the
+        ensemble until this step is done), by input; one with no region ("") is placed
+        as any request's. Raises what validation raises."""
+        batch = route.validator.validate(request)
+        # (none is in a client region: such requests go through the core)
+        inputs = request.inputs
+        if lent is None:
+            blocks = [b for b in blocks_of(inputs, self._pool) if b is not None]
+            where = [(b.region, b.offset, b.nbytes) for b in blocks]
+        else:
+            blocks, where = self._place_unlent(inputs, lent)
+        model_shape = route.validator.model_shape
+        descs = tuple((t.name, t.datatype, model_shape(t, batch), *w)
+                      for t, w in zip(inputs, where))
+        msg = p.request_msg(
+            key=key, request_id=request.id, correlation_id=request.correlation_id,
+            flags=request.flags,
+            parameters_json=json.dumps(request.parameters) if request.parameters else "{}",
+            timeout_us=request.timeout_us,
+            requested=tuple(request.requested_outputs or route.output_names),
+            inputs=descs, lendable=False, output_shm=None)
+        return blocks, msg, batch
 
     def _place_unlent(self, inputs: list[TensorData], lent: tuple
                       ) -> tuple[list[Block], list[tuple]]:

@@ -29,6 +29,7 @@ from pbserve.frontends import protocol as fp
 from pbserve.frontends.calls import CoreCalls
 from pbserve.frontends.channel import CoreEnd
 from shm.pool import RegionMap
+from stub import protocol as p
 from stub.frontends import LAST_PARENT_KEY
 
 log = logging.getLogger("pbserve.frontends")
@@ -59,7 +60,7 @@ class FrontendLink:
         self._inputs_read: set[int] = set()  # open requests whose inputs no one reads now
         self._gone = False
         self._handlers: dict[int, Callable[[tuple], None]] = {
-            fp.INFER: self._on_infer, fp.CANCEL: self._on_cancel,
+            fp.INFER: self._on_infer, fp.QUEUE: self._on_queue, fp.CANCEL: self._on_cancel,
             fp.RELEASE: self._on_release, fp.CALL: self._on_call,
             fp.REGIONS_GONE: self._on_regions_gone, fp.STARTED: self._on_started,
             fp.EXPECT: self._on_expect, fp.DIRECT_STATS: self._on_direct_stats,
@@ -196,6 +197,26 @@ class FrontendLink:
             return False
         self._queued[rid] = cancel
         return True
+
+    def _on_queue(self, message: tuple) -> None:
+        """A request the frontend validated and made the stub's message of, under its own
+        key (direct.py `stub_message`): queued on its model's batcher as it came
+        (LoadedModel.queue_made), answered by its stub to the frontend."""
+        _, model, version, batch_size, priority, msg, releases = message
+        if releases:
+            self._release(releases)
+        rid = msg[p.REQ_KEY]
+        request = InferRequest(model, version, msg[p.REQ_ID],
+                               correlation_id=msg[p.REQ_CORRELATION_ID],
+                               flags=msg[p.REQ_FLAGS], priority=priority,
+                               timeout_us=msg[p.REQ_TIMEOUT_US])
+        request._shm_release = lambda: self._inputs_free(rid)  # as _on_infer's
+        self._open.add(rid)
+        try:
+            self._queued[rid] = self._core.model_handle(model, version).queue_made(
+                request, msg, batch_size, lambda response: self._answered(rid, response))
+        except Exception as err:
+            self._fail(rid, model, request, err, "request")
 
     def _answered(self, rid: int, response: InferResponse) -> None:
         self._queued.pop(rid, None)

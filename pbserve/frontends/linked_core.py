@@ -219,6 +219,8 @@ class LinkedCore:
         """The request on its way to the core: its id and where its answers go.
         `route`: the model's, when its id is to be a key of this frontend's, whose stub
         may answer it here (a batcher's model: DirectRoute.scheduled)."""
+        if route is not None and route.queues_made:
+            return self._send_made(request, route)
         placed = blocks_of(request.inputs, self._pool)
         blocks = [block for block in placed if block is not None]
         inputs = []
@@ -257,6 +259,22 @@ class LinkedCore:
             else:  # (whichever of its stubs the core sends it to answers)
                 for stub in route.stubs:
                     self.direct.watch(stub)
+        return rid, call
+
+    def _send_made(self, request: InferRequest, route: DirectRoute) -> tuple[int, _Call]:
+        """send_request's, for a request the core only queues: validated and its
+        stub's message made here (DirectPath.stub_message), under a key of this
+        frontend's; its stub answers it here."""
+        rid = self.direct.next_key()
+        blocks, msg, batch = self.direct.stub_message(route, request, rid)
+        call = self._calls[rid] = _Call(False, blocks, (request.model_name, route.version,
+                                                       request.id))
+        self._inputs[rid] = blocks
+        self._channel.send(fp.queue(request.model_name, request.model_version, batch,
+                                    request.priority, msg, self._releases.take()))
+        if len(self._calls) == 1 and MACHINE.spare():  # a lone request on an idle machine
+            for stub in route.stubs:  # (whichever of them the core sends it to answers)
+                self.direct.watch(stub)
         return rid, call
 
     async def infer(self, request: InferRequest, route: DirectRoute | None = None

@@ -9,6 +9,11 @@ Up (frontend -> core):
 - INFER: request id, stream, model, version, id, inputs, requested outputs, parameters
   (JSON), correlation id, flags, priority, timeout (us), trace headers, output regions,
   and the RELEASE tokens gathered since the last message (one wake-up fewer a request)
+- QUEUE: model, version, batch size, priority, the stub's request message
+  (stub/protocol.py request_msg: its key is the request id, one of the frontend's), and
+  the RELEASE tokens: a request for a model whose batcher the core runs and whose stub
+  answers the frontend itself (direct.py DirectRoute.queues_made), validated and made
+  here as a direct request is; the core only queues it
 - CANCEL: request id: its client is gone (the model sees `is_cancelled()`)
 - RELEASE: response tokens: the frontend wrote those responses' outputs
 - CALL: call id, method, args: anything else a frontend asks (calls.py)
@@ -49,6 +54,7 @@ STARTED = 6
 EXPECT = 7
 DIRECT_STATS = 8
 CANCEL_DIRECT = 9
+QUEUE = 10
 RESPONSE = 21
 INPUTS_DONE = 22
 REPLY = 23
@@ -79,6 +85,11 @@ def infer(rid: int, stream: bool, model: str, version: str, request_id: str,
     return (INFER, rid, stream, model, version, request_id, inputs, requested,
             parameters_json, correlation_id, flags, priority, timeout_us, trace_headers,
             output_shm, releases)
+
+
+def queue(model: str, version: str, batch_size: int, priority: int, msg: tuple,
+          releases: tuple) -> tuple:
+    return (QUEUE, model, version, batch_size, priority, msg, releases)
 
 
 def cancel(rid: int) -> tuple:

@@ -46,6 +46,22 @@ class TritonPythonModel:
 """
 
 
+# Doubles X of any length, and answers the size of the batch it was in: a batcher that
+# compares the inputs' shapes (a variable dim) batches equal shapes only.
+SHAPED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2),
+            pb_utils.Tensor("N", np.array([[len(requests)]], np.int64))])
+            for r in requests]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("batched")
@@ -60,6 +76,14 @@ def server(tmp_path_factory):
         '{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
         f'parameters {{ key: "hold" value {{ string_value: "{tmp / "hold"}" }} }}\n'
         f'parameters {{ key: "seen" value {{ string_value: "{tmp / "seen"}" }} }}\n')
+    (repo / "shaped" / "1").mkdir(parents=True)
+    (repo / "shaped" / "1" / "model.py").write_text(SHAPED)
+    (repo / "shaped" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 16\n'
+        'dynamic_batching { max_queue_delay_microseconds: 50000 }\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }, '
+        '{ name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]\n')
     with running_server(repo, log_path=tmp / "server.log",
                         args=["--frontend-processes", "2"]) as srv:
         srv.tmp = tmp
@@ -143,6 +167,45 @@ def test_many_clients_through_both_frontends_get_their_own_answers(server):
         assert (response["model_name"], response["model_version"]) == ("held", "1")
     entry = _stats(server)
     assert int(entry["execution_count"]) < int(entry["inference_count"])  # batched
+
+
+def test_a_batcher_that_compares_shapes_batches_each_shape_apart(server):
+    """Its requests go to the core whole (the batcher needs their shapes: not QUEUE),
+    and still are answered by the stub to their frontends."""
+    def one(i: int) -> object:
+        x = np.full((1, 2 + i % 2), float(i), np.float32)
+        tensor = httpclient.InferInput("X", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        try:
+            return x, server.http_client().infer("shaped", [tensor])
+        except Exception as err:  # noqa: BLE001 - the test looks at it
+            return x, err
+    for _ in range(2):  # before and after the frontends learn the model's route
+        results: list = [None] * 8
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, one(i)))
+                   for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        for x, result in results:
+            assert not isinstance(result, Exception), result
+            np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)
+            assert 1 <= int(result.as_numpy("N")[0][0]) <= 4  # one shape's requests only
+        time.sleep(0.6)
+
+
+def test_a_bad_request_is_refused_in_the_cores_words(server):
+    """A frontend validates a request the core only queues (QUEUE) as the core would."""
+    tensor = httpclient.InferInput("X", [1, 5], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 5), np.float32))
+    client = server.http_client()
+    client.infer("held", _x(1.0))  # the frontend knows the route
+    for _ in range(2):
+        with pytest.raises(Exception, match=r"unexpected shape for input 'X' for model "
+                                            r"'held'\. Expected \[-1,4\], got \[1,5\]"):
+            client.infer("held", [tensor])
+    assert client.infer("held", _x(3.0)).as_numpy("Y")[0][0] == 6.0
 
 
 def test_a_stub_killed_under_a_batch_fails_it_and_its_successor_answers(server):

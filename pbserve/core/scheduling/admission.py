@@ -133,6 +133,29 @@ class Admission:
         pending.input_ns = input_ns
         if not staged:
             pending.unstaged = msg
+        self._queue(pending)
+        return pending
+
+    def submit_made(self, request: InferRequest, msg: tuple, batch_size: int,
+                    sink: Callable[[PendingRequest, InferResponse], None],
+                    answerable: bool) -> PendingRequest:
+        """Queue a unary request a frontend process validated and made the stub's
+        message of (frontends/direct.py `stub_message`): its inputs are in that
+        frontend's pool (not copied, not held here) and its key is the frontend's, under
+        which its stub answers the frontend, unless not `answerable` (then it gets a key
+        of this process's, and its answer comes here)."""
+        if self._outage.error is not None:
+            raise self._outage.error
+        if not answerable:
+            msg = (new_key(), *msg[p.REQ_ID:])
+        pending = PendingRequest(msg[p.REQ_KEY], request, msg, [], batch_size,
+                                 self.free_blocks, False, sink)
+        self._queue(pending)
+        return pending
+
+    def _queue(self, pending: PendingRequest) -> None:
+        """Hand a request admitted to the scheduler, its timeout watched."""
+        request = pending.request
         # The request's client regions are held until it completes (memory/shared_memory.py).
         pending.on_complete, request._shm_release = request._shm_release, None
         self._stats.pending += 1
@@ -140,7 +163,6 @@ class Admission:
         if request.timeout_us > 0:
             asyncio.get_running_loop().call_later(request.timeout_us / 1e6, self.expire,
                                                   pending)
-        return pending
 
     def warmup_request(self, request: InferRequest) -> PendingRequest:
         """A warmup request (instances/warmup.py), validated and in shared memory, for an
