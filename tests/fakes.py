@@ -79,6 +79,10 @@ class FakeLoop:
     def call_later(self, delay: float, callback):
         return self.call_at(self.now + delay, callback)
 
+    def call_soon(self, callback) -> None:
+        """At once: the test's turn of the loop ends with each call it makes."""
+        callback()
+
     def advance(self, seconds: float) -> None:
         self.now += seconds
         for entry in sorted((t for t in self.timers if t[0] <= self.now), key=lambda t: t[0]):

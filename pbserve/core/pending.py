@@ -60,12 +60,11 @@ class PendingRequest:
         self.batch_size = batch_size
         # what must equal its batch-mates' (scheduling/equal_inputs.py; None: anything)
         self.batch_key: Hashable = None
-        loop = asyncio.get_running_loop()
         # A unary request's response: awaited through `future`, or handed to `sink` in
         # the pass that read it (no turn of the loop in between)
         self.sink = sink
         self.future: asyncio.Future | None = None if streaming or sink is not None \
-            else loop.create_future()
+            else asyncio.get_running_loop().create_future()
         self.stream: asyncio.Queue | None = asyncio.Queue() if streaming else None
         self.arrival_ns = time.monotonic_ns()
         self.arrival_s = self.arrival_ns / 1e9  # the batchers' clock (precise_timer.py)

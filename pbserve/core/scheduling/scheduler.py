@@ -172,6 +172,7 @@ class Scheduler:
         self._next_deadline = math.inf
         # the queue delay's and the queue policies' clock and wake-up (to the microsecond)
         self._timer = PreciseTimer(self._loop, self._on_timer)
+        self._dispatch_owed = False  # a dispatch is due at the end of this turn of the loop
         self._ordering = ReorderBuffer() if self._batching and db.preserve_ordering else None
 
     def _add_level(self, level: int, policy: QueuePolicy) -> _Level:
@@ -233,6 +234,21 @@ class Scheduler:
             pending.batch_key = self._equal_inputs.key(request)
         lv.queue.append((pending, deadline))
         self._size += 1
+        if self._batching:
+            self._dispatch_soon()
+        else:
+            self.dispatch()
+
+    def _dispatch_soon(self) -> None:
+        """A batcher chooses its batch once for the requests that come in one turn of
+        the loop (a frontend's burst, many connections' requests read at once), at its
+        end, not once a request: each choice reads the whole queue."""
+        if not self._dispatch_owed:
+            self._dispatch_owed = True
+            self._loop.call_soon(self._owed_dispatch)
+
+    def _owed_dispatch(self) -> None:
+        self._dispatch_owed = False
         self.dispatch()
 
     def expect_request(self) -> None:
@@ -389,14 +405,27 @@ class Scheduler:
             self._expire(now)
             if not self._size:
                 return None
-        count, wait_until = choose_batch(
-            ((p.batch_size, p.arrival_s, p.batch_key) for p in self._in_order()),
-            self._preferred,
-            self._max_preferred, self._max_batch, self._delay_s, now)
+        lone = self._lone_queue()
+        items: Iterable = \
+            [(p.batch_size, p.arrival_s, p.batch_key) for p, _ in lone] if lone is not None \
+            else ((p.batch_size, p.arrival_s, p.batch_key) for p in self._in_order())
+        count, wait_until = choose_batch(items, self._preferred, self._max_preferred,
+                                         self._max_batch, self._delay_s, now)
         if not count:
             self._arm(wait_until)
             return None
+        if lone is not None:
+            self._size -= count
+            return [lone.popleft()[0] for _ in range(count)]
         return [self._pop() for _ in range(count)]
+
+    def _lone_queue(self) -> deque[tuple[PendingRequest, float]] | None:
+        """The whole queue in serving order when it is one level's with nothing delayed
+        (the common case: read without the generators of `_in_order` and `_pop`)."""
+        if len(self._order) != 1:
+            return None
+        lv = self._levels[self._order[0]]
+        return None if lv.delayed else lv.queue
 
     def _head(self) -> PendingRequest:
         """The request `_pop` would take, left in the queue."""
