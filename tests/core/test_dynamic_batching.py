@@ -474,3 +474,48 @@ def test_batch_stats_count_the_batch_that_ran_not_the_requests(server):
     after = executions()
     assert after.get(3, 0) == before.get(3, 0) + 1
     assert after.get(1, 0) == before.get(1, 0)
+
+
+def test_requests_of_one_turn_of_the_loop_are_batched_with_one_choice():
+    """A batcher with a queue delay chooses its batch once at the end of the turn of the
+    loop its requests came in (Scheduler._dispatch_soon), not once a request."""
+    import asyncio
+
+    import uvloop
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from pbserve.core.pending import PendingRequest
+    from pbserve.core.scheduling.scheduler import Scheduler
+    from pbserve.core.types import InferRequest
+
+    cfg = text_format.Parse("""name: "m" max_batch_size: 4
+        dynamic_batching { max_queue_delay_microseconds: 100000 }""", mc.ModelConfig())
+
+    async def run() -> tuple[list, int]:
+        scheduler = Scheduler(cfg, PlacedAdmission())
+        instance = FakeInstance()
+        instance.ready = True
+        scheduler.instances = [instance]
+        choices = 0
+        take = scheduler._take_batch
+
+        def counted():
+            nonlocal choices
+            choices += 1
+            return take()
+        scheduler._take_batch = counted
+        for i in range(4):
+            scheduler.submit(PendingRequest(i, InferRequest("m", id=str(i)), (), [], 1,
+                                            lambda blocks: None, False))
+        assert instance.ran == []  # not before the turn ends
+        await asyncio.sleep(0)
+        scheduler.close()
+        return instance.ran, choices
+
+    loop = uvloop.new_event_loop()
+    try:
+        ran, choices = loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert ran == [[0, 1, 2, 3]] and choices == 1

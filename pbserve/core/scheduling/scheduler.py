@@ -234,15 +234,16 @@ class Scheduler:
             pending.batch_key = self._equal_inputs.key(request)
         lv.queue.append((pending, deadline))
         self._size += 1
-        if self._batching:
+        if self._batching and self._delay_s > 0:
             self._dispatch_soon()
         else:
             self.dispatch()
 
     def _dispatch_soon(self) -> None:
-        """A batcher chooses its batch once for the requests that come in one turn of
-        the loop (a frontend's burst, many connections' requests read at once), at its
-        end, not once a request: each choice reads the whole queue."""
+        """A batcher that waits for its batch to fill chooses it once for the requests
+        that come in one turn of the loop (a frontend's burst, many connections' requests
+        read at once), at its end, not once a request: each choice reads the whole
+        queue. (Without a queue delay a request goes at once, as it always did.)"""
         if not self._dispatch_owed:
             self._dispatch_owed = True
             self._loop.call_soon(self._owed_dispatch)
