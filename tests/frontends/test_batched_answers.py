@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from model_files import write
 from pbserve.testing import frontend_pids, running_server, stub_pids
 from polling import wait_for
 
@@ -66,24 +67,22 @@ class TritonPythonModel:
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("batched")
     repo = tmp / "repo"
-    (repo / "held" / "1").mkdir(parents=True)
-    (repo / "held" / "1" / "model.py").write_text(HELD)
-    (repo / "held" / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 16\n'
-        'dynamic_batching { max_queue_delay_microseconds: 20000 }\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }, '
-        '{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
-        f'parameters {{ key: "hold" value {{ string_value: "{tmp / "hold"}" }} }}\n'
-        f'parameters {{ key: "seen" value {{ string_value: "{tmp / "seen"}" }} }}\n')
-    (repo / "shaped" / "1").mkdir(parents=True)
-    (repo / "shaped" / "1" / "model.py").write_text(SHAPED)
-    (repo / "shaped" / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 16\n'
-        'dynamic_batching { max_queue_delay_microseconds: 50000 }\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }, '
-        '{ name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]\n')
+    write(repo / "held" / "1" / "model.py", HELD)
+    write(repo / "held" / "config.pbtxt",
+          'backend: "python"\nmax_batch_size: 16\n'
+          'dynamic_batching { max_queue_delay_microseconds: 20000 }\n'
+          'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+          'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }, '
+          '{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+          f'parameters {{ key: "hold" value {{ string_value: "{tmp / "hold"}" }} }}\n'
+          f'parameters {{ key: "seen" value {{ string_value: "{tmp / "seen"}" }} }}\n')
+    write(repo / "shaped" / "1" / "model.py", SHAPED)
+    write(repo / "shaped" / "config.pbtxt",
+          'backend: "python"\nmax_batch_size: 16\n'
+          'dynamic_batching { max_queue_delay_microseconds: 50000 }\n'
+          'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+          'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }, '
+          '{ name: "N" data_type: TYPE_INT64 dims: [ 1 ] } ]\n')
     with running_server(repo, log_path=tmp / "server.log",
                         args=["--frontend-processes", "2"]) as srv:
         srv.tmp = tmp
