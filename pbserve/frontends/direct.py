@@ -108,7 +108,9 @@ class DirectRoute:
         self.version = version
         self.scheduled = scheduled
         # the core only queues the stub's message made here (QUEUE: DirectPath.stub_message);
-        # not where a dynamic batcher compares the inputs' shapes (it needs the request's)
+        # not where a dynamic batcher compares the inputs' shapes (it needs the request's).
+        # (A route outlives a reload by ROUTE_TTL_S at most: the requests it sends meanwhile
+        # passed the old config's validation, fixed dims and all inputs, so they agree.)
         self.queues_made = scheduled and (config.HasField("sequence_batching")
                                           or not EqualInputs(config).needed)
         self.validator = RequestValidator(config)
