@@ -234,7 +234,7 @@ class DirectBls:
         outputs = response[p.RESP_OUTPUTS]
         if not outputs:
             return response, None
-        frees = tuple([(d[3], d[4]) for d in outputs])
+        frees = p.output_blocks(outputs)
         return response, lambda: callee.owed.extend(frees)
 
     # -- cancellation (the control thread) -----------------------------------------------

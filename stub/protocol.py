@@ -153,6 +153,18 @@ def response_record(error: tuple[int, str] | None, outputs: tuple, parameters_js
     return (error, outputs, parameters_json)
 
 
+def output_blocks(outputs: tuple) -> tuple[tuple[str, int], ...]:
+    """Where each of a ResponseMsg's outputs (TensorDescs) lies: (region, offset), the
+    blocks its reader gives back to the stub that made them."""
+    return tuple([(d[3], d[4]) for d in outputs])
+
+
+def answers_blocks(answers: tuple) -> tuple[tuple[str, int], ...]:
+    """`output_blocks` of every response of (key, ResponseMsg or None) answers."""
+    return tuple([b for _, msg in answers if msg is not None
+                  for b in output_blocks(msg[RESP_OUTPUTS])])
+
+
 # -- parent -> stub ---------------------------------------------------------------------
 def init(args: dict[str, str], model_path: str, decoupled: bool,
          backend_path: str = "") -> tuple:

@@ -622,9 +622,7 @@ class Stub:
         if self._origin == PARENT:
             self.send(message)
             return
-        outputs = tuple((o[3], o[4]) for _, msg in msgs if msg is not None
-                        for o in msg[p.RESP_OUTPUTS])
-        self._to_frontend(self._origin, message, outputs)
+        self._to_frontend(self._origin, message, p.answers_blocks(msgs))
 
     def _answer_frontends(self, msgs: tuple) -> tuple:
         """A parent's batch holding frontend processes' requests (keys of theirs: the
@@ -641,8 +639,7 @@ class Stub:
             theirs.setdefault(origin, []).append((key, msg))
             mine.append((key, p.response_record(msg[p.RESP_ERROR], (), "{}")))
         for origin, entries in theirs.items():
-            self._to_frontend(origin, p.answers(tuple(entries)), tuple(
-                [(o[3], o[4]) for _, msg in entries for o in msg[p.RESP_OUTPUTS]]))
+            self._to_frontend(origin, p.answers(tuple(entries)), p.answers_blocks(entries))
         return tuple(mine)
 
     def respond(self, key: int, response: tuple | None, flags: int) -> None:
@@ -654,7 +651,7 @@ class Stub:
             self.send(p.send(key, response, flags))
         else:
             self._to_frontend(origin, p.send(key, response, flags), () if response is None
-                              else tuple([(o[3], o[4]) for o in response[p.RESP_OUTPUTS]]))
+                              else p.output_blocks(response[p.RESP_OUTPUTS]))
 
     def _to_frontend(self, origin: int, message: tuple, outputs: tuple) -> None:
         if not self.frontends.answer(origin, message, outputs):

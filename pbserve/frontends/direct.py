@@ -431,7 +431,7 @@ class DirectPath:
             if answered is not None:
                 answered(stub, key, msg)
             else:
-                stub.frees.add((d[3], d[4]) for d in msg[p.RESP_OUTPUTS])
+                stub.frees.add(p.output_blocks(msg[p.RESP_OUTPUTS]))
 
     def _on_send(self, stub: DirectStub, message: tuple) -> None:
         """A decoupled model's response (its final flag, with or without one)."""
@@ -439,7 +439,7 @@ class DirectPath:
         waiting = self._waiting.get(key)
         if waiting is None:  # an answer after the request ended (its stub's death)
             if msg is not None:
-                stub.frees.add((d[3], d[4]) for d in msg[p.RESP_OUTPUTS])
+                stub.frees.add(p.output_blocks(msg[p.RESP_OUTPUTS]))
             return
         arrived_ns = time.monotonic_ns()
         final = bool(flags & RESPONSE_FINAL)
@@ -541,7 +541,7 @@ class DirectPath:
     def _read_msg(self, stub: DirectStub, msg: tuple, response: InferResponse) -> None:
         error, outputs, params = msg
         if error is not None:
-            stub.frees.add((d[3], d[4]) for d in outputs)
+            stub.frees.add(p.output_blocks(outputs))
             response.error = ServerError(ErrorCode(error[0]), error[1])
             return
         view = self._regions.view
@@ -552,7 +552,7 @@ class DirectPath:
             response.parameters = json.loads(params)
         if outputs:
             # written: back to the stub with the next request, or by a RELEASE (owed.py)
-            response._release = lambda: stub.frees.add((d[3], d[4]) for d in outputs)
+            response._release = lambda: stub.frees.add(p.output_blocks(outputs))
 
     def _free(self, blocks: list[Block]) -> None:
         for block in blocks:

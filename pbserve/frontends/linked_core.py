@@ -360,7 +360,7 @@ class LinkedCore:
         self._free(self._inputs.pop(rid, ()))
         call = self._calls.pop(rid, None)
         if call is None or call.answer_as is None:  # its reader left: nothing to write
-            stub.frees.add((d[3], d[4]) for d in msg[p.RESP_OUTPUTS])
+            stub.frees.add(p.output_blocks(msg[p.RESP_OUTPUTS]))
             return
         call.closed = True
         response = InferResponse(*call.answer_as)
