@@ -253,12 +253,7 @@ class LinkedCore:
             rid, stream, request.model_name, request.model_version, request.id,
             tuple(inputs), requested, params, request.correlation_id, request.flags,
             request.priority, request.timeout_us, headers, output_shm, releases))
-        if len(self._calls) == 1 and MACHINE.spare():  # a lone request on an idle machine
-            if route is None:
-                self._channel.watch(ANSWER_WATCH_NS)
-            else:  # (whichever of its stubs the core sends it to answers)
-                for stub in route.stubs:
-                    self.direct.watch(stub)
+        self._watch_lone(route)
         return rid, call
 
     def _send_made(self, request: InferRequest, route: DirectRoute) -> tuple[int, _Call]:
@@ -272,10 +267,19 @@ class LinkedCore:
         self._inputs[rid] = blocks
         self._channel.send(fp.queue(request.model_name, request.model_version, batch,
                                     request.priority, msg, self._releases.take()))
-        if len(self._calls) == 1 and MACHINE.spare():  # a lone request on an idle machine
-            for stub in route.stubs:  # (whichever of them the core sends it to answers)
-                self.direct.watch(stub)
+        self._watch_lone(route)
         return rid, call
+
+    def _watch_lone(self, route: DirectRoute | None) -> None:
+        """A lone request on an idle machine: where its answer comes from is polled for
+        it a while, the core's channel, or (`route`'s) whichever of its stubs the core
+        sends it to."""
+        if len(self._calls) == 1 and MACHINE.spare():
+            if route is None:
+                self._channel.watch(ANSWER_WATCH_NS)
+            else:
+                for stub in route.stubs:
+                    self.direct.watch(stub)
 
     async def infer(self, request: InferRequest, route: DirectRoute | None = None
                     ) -> InferResponse:
