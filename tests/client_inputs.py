@@ -1,6 +1,12 @@
-"""tritonclient inputs straight from numpy arrays (datatype from the array's dtype)."""
+"""tritonclient inputs straight from numpy arrays (datatype from the array's dtype), and
+`send_and_hang_up`, a client that leaves before its answer."""
 
 from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -25,3 +31,15 @@ def typed_input(name: str, array: np.ndarray, datatype: str, module=httpclient):
     tensor = module.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor
+
+
+def send_and_hang_up(server, model: str, marker: Path, input_name: str = "MARKER") -> None:
+    """An HTTP client that sends its request and goes away before the answer: one BYTES
+    input, `input_name`, naming `marker` (where the model writes what it saw)."""
+    body = json.dumps({"inputs": [{"name": input_name, "datatype": "BYTES", "shape": [1],
+                                   "data": [str(marker)]}]}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+        sock.sendall(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (model.encode(), len(body), body))
+        time.sleep(0.5)  # the model is running now

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from client_inputs import http_input as h_in
+from client_inputs import http_input as h_in, send_and_hang_up
 from pbserve.testing import running_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,17 +50,6 @@ def wait_for_json(path: Path, timeout: float = 20.0) -> dict:
             return json.loads(path.read_text())
         time.sleep(0.05)
     raise AssertionError(f"{path} was never written")
-
-
-def send_and_hang_up(server, model: str, marker: Path) -> None:
-    """An HTTP client that sends its request and goes away before the answer."""
-    body = json.dumps({"inputs": [{"name": "MARKER", "datatype": "BYTES", "shape": [1],
-                                   "data": [str(marker)]}]}).encode()
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
-        sock.sendall(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (model.encode(), len(body), body))
-        time.sleep(0.5)  # the model is running now
 
 
 def test_nested_bls_a_to_b_to_c(server):

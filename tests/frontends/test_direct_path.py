@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pbserve.testing import running_server, stub_pids
+from client_inputs import send_and_hang_up
 from model_files import DOUBLE_IO, DOUBLE_MODEL
 from polling import wait_for
 
@@ -206,13 +206,7 @@ def test_a_stub_killed_under_a_request_fails_it_and_its_successor_serves(server)
 
 def test_a_client_that_leaves_cancels_the_request_in_the_model(server, tmp_path):
     marker = tmp_path / "seen.json"
-    body = json.dumps({"inputs": [{"name": "MARKER", "datatype": "BYTES", "shape": [1],
-                                   "data": [str(marker)]}]}).encode()
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
-        sock.sendall(b"POST /v2/models/cancel_probe/infer HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (len(body), body))
-        time.sleep(0.5)  # the model is running now
+    send_and_hang_up(server, "cancel_probe", marker)
     wait_for(lambda: marker.exists() and marker.read_text().endswith("}"),
              "the model's answer", 15)  # written whole
     assert json.loads(marker.read_text())["cancelled"] is True

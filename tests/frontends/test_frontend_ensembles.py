@@ -10,8 +10,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pbserve.testing import running_server
+from client_inputs import send_and_hang_up
 from model_files import DOUBLE_IO, DOUBLE_MODEL
 from polling import wait_for
 
@@ -190,13 +189,7 @@ def test_a_client_that_leaves_cancels_the_steps_and_counts_as_cancelled(server, 
     """The frontend's graph is cancelled with its client: the step's model sees
     `is_cancelled()`, and the ensemble counts a CANCELED failure, as in the core."""
     marker = tmp_path / "seen.json"
-    body = json.dumps({"inputs": [{"name": "M", "datatype": "BYTES", "shape": [1],
-                                   "data": [str(marker)]}]}).encode()
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
-        sock.sendall(b"POST /v2/models/ens_cancel/infer HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (len(body), body))
-        time.sleep(0.5)  # the step runs now
+    send_and_hang_up(server, "ens_cancel", marker, input_name="M")  # the step runs now
     wait_for(lambda: marker.exists() and marker.read_text().endswith("}"),
              "the step's answer", 15)  # written whole
     assert json.loads(marker.read_text())["cancelled"] is True
