@@ -101,10 +101,13 @@ def _many(client_of, count: int, answered: list | None = None) -> list:
     results: list = [None] * count
 
     def one(i: int) -> None:
+        client = client_of()
         try:
-            results[i] = client_of().infer("held", _x(float(i)))
+            results[i] = client.infer("held", _x(float(i)))
         except Exception as err:  # noqa: BLE001 - the test looks at it
             results[i] = err
+        finally:
+            client.close()  # in its own thread (not left to __del__ on another)
         if answered is not None:
             answered.append(i)
     threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
@@ -205,6 +208,7 @@ def test_a_bad_request_is_refused_in_the_cores_words(server):
                                             r"'held'\. Expected \[-1,4\], got \[1,5\]"):
             client.infer("held", [tensor])
     assert client.infer("held", _x(3.0)).as_numpy("Y")[0][0] == 6.0
+    client.close()
 
 
 def test_a_stub_killed_under_a_batch_fails_it_and_its_successor_answers(server):
@@ -238,6 +242,7 @@ def test_a_stub_killed_under_a_batch_fails_it_and_its_successor_answers(server):
         results = _many(server.http_client, 4)
         assert not any(isinstance(r, Exception) for r in results), results
         time.sleep(0.6)
+    client.close()
 
 
 def test_a_client_that_leaves_a_running_batch_harms_no_other(server):
@@ -253,6 +258,7 @@ def test_a_client_that_leaves_a_running_batch_harms_no_other(server):
     finally:
         hold.unlink(missing_ok=True)
         runner.join(30)
+        leaving.close()
     for i, result in enumerate(staying):
         assert not isinstance(result, Exception), result
         np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
