@@ -60,6 +60,9 @@ CALLER_QUEUES = 15  # (CALLER_QUEUES, origin, requests, answers, bell): the stub
 #   `answers` and woken by posting its semaphore `bell`; main queue
 CALLER_GONE = 16  # (CALLER_GONE, origin): that caller's stub ended: its queues are gone,
 #   what it was lent is freed; main queue
+QUEUED = 17       # (QUEUED, key, request: RequestMsg, batch_size, arrived_ns, frees): from a
+#   frontend process, a request for the stub's own batcher (stub/batcher.py); answered in
+#   an ANSWERS; `arrived_ns`: when it came to the frontend (time.monotonic_ns)
 
 # stub -> parent
 READY = 101       # (READY, pid, pool_prefix)
@@ -89,7 +92,11 @@ DROPPED = 117     # (DROPPED, batch_id, error: None, responses, rescheduled: ())
 ANSWERS = 118     # (ANSWERS, answers: tuple[(key, ResponseMsg)]): to a frontend process,
 #                    the responses of its requests in a batch the parent sent (their keys
 #                    are the frontend's: stub/frontends.py); the parent's RESPONSES then
-#                    carry each without its outputs
+#                    carry each without its outputs; also the answers of a batch of the
+#                    stub's own batcher (stub/batcher.py), to each frontend its own
+BATCHES = 119     # (BATCHES, sizes: tuple[(batch size, executions, compute ns)],
+#                    requests: BatchCounts' figures): what the stub's own batches added
+#                    to the model's statistics, before their answers go out
 
 # The constructors below are the one place each message's fields are put in order; the
 # readers unpack them in that order (`_, batch_id, error, ... = message`), and the two
@@ -178,6 +185,12 @@ def execute(batch_id: int, requests: tuple, frees: tuple) -> tuple:
     return (EXECUTE, batch_id, requests, frees)
 
 
+def queued(key: int, request: tuple, batch_size: int, arrived_ns: int, frees: tuple
+           ) -> tuple:
+    """A frontend's request for the stub's own batcher: `request` a RequestMsg."""
+    return (QUEUED, key, request, batch_size, arrived_ns, frees)
+
+
 def finalize() -> tuple:
     return (FINALIZE,)
 
@@ -262,6 +275,11 @@ def dropped(batch_id: int, answers: tuple) -> tuple:
 def answers(entries: tuple) -> tuple:
     """`entries`: (key, ResponseMsg) per request of the frontend's in a parent's batch."""
     return (ANSWERS, entries)
+
+
+def batches(sizes: tuple, requests: tuple) -> tuple:
+    """stub/batcher.py BatchCounts.take()'s."""
+    return (BATCHES, sizes, requests)
 
 
 def send(key: int, response: tuple | None, flags: int) -> tuple:

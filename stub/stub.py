@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 import backend_utils
 import posix_ipc
@@ -38,11 +40,12 @@ from shm.doorbell import ring
 from shm.pool import Block, Pool, RegionMap, ShmSizes
 from shm.queue import MessageQueue
 from stub import protocol as p
-from stub.frontends import LAST_PARENT_KEY, Frontends, origin_of_key
+from stub.frontends import LAST_PARENT_KEY, Frontends, origin_of, origin_of_key
 from stub.inbox import PARENT, Inbox, bell_name
 from stub.protocol import REQ_KEY
 from stub.async_loop import AsyncLoopThread
 from stub.bls import BlsClient
+from stub.batcher import BatchCounts, Queued, StubBatcher, batch_answers
 from stub.borrowed import BorrowedBlocks
 from stub.calls import Calls
 from stub.direct_bls import STATS_INTERVAL_S as DIRECT_BLS_FLUSH_S, DirectBls
@@ -74,6 +77,7 @@ LOG_ERROR = 2
 WARM_KEY = -1  # the synthetic request of `_warm_up` (the parent's keys count from 1)
 WARM_BYTES = 64  # ... and its input: a small block, as a first request's
 WARM_POLL_NS = 20_000  # ... and its poll of the main queue (an announced request's)
+OWN_BATCH = -1  # `_origin` while a batch of the stub's own batcher runs (stub/batcher.py)
 
 
 def queue_names(prefix: str) -> tuple[str, str, str]:
@@ -136,11 +140,17 @@ class Stub:
         self._open_lock = threading.Lock()
         self._running = True
         self._announced = False  # the request now running was announced (expect_request)
+        # the frontends' requests this stub batches itself (QUEUED; replaced at INIT)
+        self.batcher = StubBatcher(1, frozenset(), 0.0)
+        self.batch_counts = BatchCounts()
+        self._own_batch: list[Queued] = []  # ... the one running
+        self._own_started_ns = 0
         self.initialized = False  # `initialize` returned; BLS is allowed from then on
         self.finalizing = False  # ... until `finalize` starts
         # what each message kind of the main queue and of the control queue runs
         self._main_handlers = {
-            p.EXECUTE: self._on_execute_msg, p.INIT: self._on_init_msg,
+            p.EXECUTE: self._on_execute_msg, p.QUEUED: self._on_queued_msg,
+            p.INIT: self._on_init_msg,
             p.AUTO_COMPLETE: self._on_auto_complete_msg, p.FINALIZE: self._on_finalize_msg,
             p.SEQUENCE_TERMINATED: self._on_sequence_terminated_msg,
             p.LOG_SETTINGS: self._on_log_settings_msg,
@@ -205,8 +215,19 @@ class Stub:
         try:
             while self._running:
                 # With a message waiting, the idle timeout is not asked for (a lock).
-                got = messages.next(None if messages.pending() else self._idle_timeout())
+                if messages.pending():
+                    timeout = None
+                elif self.batcher.waiting:  # every message read: run a batch, or wait
+                    batch, timeout = self.batcher.next_batch(time.monotonic())
+                    if batch:
+                        self._run_own_batch(batch)
+                        continue
+                else:
+                    timeout = self._idle_timeout()
+                got = messages.next(timeout)
                 if got is None:
+                    if self.batcher.waiting:
+                        continue  # the batch's queue delay is over
                     if not self.parent_alive():
                         return
                     self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
@@ -258,6 +279,61 @@ class Stub:
             # the chain begins only with an announcement, which needs spare CPU.
             self._announced = self._gap_ns < NEXT_NS and self._expect_request(NEXT_NS)
 
+    def _on_queued_msg(self, message: tuple) -> None:
+        """A frontend's request for this stub's own batcher (stub/batcher.py)."""
+        _, key, msg, size, arrived_ns, frees = message
+        origin = self._origin
+        if not self.frontends.knows(origin):
+            return
+        if frees:
+            self._returned(frees)
+            self._free(frees)
+        if self.finalizing:
+            error = (int(TritonError.UNAVAILABLE),
+                     f"model '{self.model_name}' is unloading: the request was not run")
+            self._to_frontend(origin, p.answers(((key, p.response_record(error, (), "{}")),)),
+                              ())
+            return
+        self.batcher.add(origin, key, msg, size, arrived_ns)
+
+    def _run_own_batch(self, batch: list[Queued]) -> None:
+        """Run a batch of this stub's own batcher; the requests cancelled while they
+        waited are answered without it, as the core's batcher drops them."""
+        runtime = self.runtime
+        cancelled = [q for q in batch if runtime.all_cancelled([q.key])] \
+            if runtime is not None else []
+        if cancelled:
+            self._as_own_batch(cancelled, lambda: self._drop_cancelled(
+                0, tuple([q.msg for q in cancelled])))
+            batch = [q for q in batch if q not in cancelled]
+        if batch:
+            self._as_own_batch(batch, lambda: self.on_execute(
+                0, tuple([q.msg for q in batch]), ()))
+            if self.direct_bls is not None:
+                self.direct_bls.after_execute()
+
+    def _as_own_batch(self, batch: list[Queued], run: Callable[[], None]) -> None:
+        """`run` (which answers with `_answer`) for `batch` of this stub's batcher."""
+        self._own_batch = batch
+        self._own_started_ns = time.monotonic_ns()
+        self._origin = OWN_BATCH
+        try:
+            run()
+        finally:
+            self._origin = PARENT
+            self._own_batch = []
+
+    def _answer_own(self, error: str | None, msgs: tuple, rescheduled: tuple,
+                    dropped: bool) -> None:
+        """The answer to a batch of this stub's own batcher: what it added to the
+        statistics to the core first (so that a statistics call made once a client has
+        its answer finds it counted), then to each frontend its requests' answers."""
+        answers = batch_answers(self._own_batch, error, msgs, rescheduled, dropped,
+                                self._own_started_ns, self.batch_counts)
+        self.send(p.batches(*self.batch_counts.take()))
+        for origin, entries in answers.items():
+            self._to_frontend(origin, p.answers(tuple(entries)), p.answers_blocks(entries))
+
     def _on_init_msg(self, message: tuple) -> None:
         _, args, model_path, decoupled, backend_path = message
         self.on_init(args, model_path, decoupled, backend_path)
@@ -270,6 +346,8 @@ class Stub:
         # What frontends sent before the unload runs first, as Triton's unload waits for
         # the requests in flight; what they send after is refused.
         self._from_frontends()
+        while self.batcher.waiting:
+            self._run_own_batch(self.batcher.next_batch(math.inf)[0])
         self.on_finalize()
         # Refused now (`finalizing`); the outputs the frontends were sent are read before
         # the stub ends and its regions with it (their RELEASEs say so).
@@ -296,7 +374,8 @@ class Stub:
         error = (int(TritonError.UNAVAILABLE),
                  f"model '{self.model_name}' is unloading: the request was not run")
         answer = p.response_record(error, (), "{}")
-        self._answer(p.dropped(batch_id, tuple([(r[REQ_KEY], answer) for r in requests])))
+        self._batch_over(batch_id, None, tuple([(r[REQ_KEY], answer) for r in requests]),
+                         (), dropped=True)
 
     def _on_sequence_terminated_msg(self, message: tuple) -> None:
         _, correlation_id, reason = message
@@ -452,7 +531,8 @@ class Stub:
         try:
             self.decoupled = decoupled
             self.model_name = args.get("model_name", "")
-            parameters = json.loads(args.get("model_config") or "{}").get("parameters", {})
+            config = json.loads(args.get("model_config") or "{}")
+            parameters = config.get("parameters", {})
             self.cancel_coroutines = parameters.get(CANCEL_COROUTINES, {}).get(
                 "string_value", "").lower() in ("true", "yes", "1", "on")
             force_cpu = parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS, {}).get(
@@ -461,6 +541,7 @@ class Stub:
                 raise StubError(f"Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: "
                                 f"{force_cpu}'")  # Triton's words, its stray quote too
             self.gpu_inputs = force_cpu == "no"
+            self.batcher = StubBatcher.of(config)
             self.runtime = StubRuntime(self, decoupled, self.memory)
             _runtime.set_runtime(self.runtime)
             self.model = self._model_class(model_path, backend_path)()
@@ -579,7 +660,7 @@ class Stub:
                     self.borrowed.unregister(key)
         if self._origin == PARENT and max(keys) > LAST_PARENT_KEY:
             msgs = self._answer_frontends(msgs)
-        self._answer(p.responses(batch_id, None, msgs, rescheduled), msgs)
+        self._batch_over(batch_id, None, msgs, rescheduled)
         for req, resp in zip(built, responses):  # after the answer: off its critical path
             if resp is not None:
                 self.request_closed(req._key)
@@ -591,7 +672,8 @@ class Stub:
         error = (int(TritonError.CANCELLED), f"request for model '{self.model_name}' "
                                              f"was cancelled")
         answer = p.response_record(error, (), "{}")
-        self._answer(p.dropped(batch_id, tuple([(r[REQ_KEY], answer) for r in requests])))
+        self._batch_over(batch_id, None, tuple([(r[REQ_KEY], answer) for r in requests]),
+                         (), dropped=True)
         for r in requests:
             self.request_closed(r[REQ_KEY])
 
@@ -600,11 +682,14 @@ class Stub:
         error = (f"Failed to process the request(s) for model '{self.instance_name}', "
                  f"message: {self.describe(exc)}")
         self.log_error(error + "\n" + "".join(traceback.format_exception(exc)).rstrip())
-        self._answer(p.batch_done(batch_id, error, ()) if self.decoupled
-                     else p.responses(batch_id, error, (), ()))
+        if self.decoupled:
+            self._answer(p.batch_done(batch_id, error, ()))
+        else:
+            self._batch_over(batch_id, error, (), ())
 
     def _on_frontend_queues_msg(self, message: tuple) -> None:
         _, slot, requests, answers = message
+        self.batcher.forget(origin_of(slot))  # the old frontend's, which died
         self.frontends.attach(slot, requests, answers)
 
     def _on_caller_queues_msg(self, message: tuple) -> None:
@@ -623,6 +708,18 @@ class Stub:
             self.send(message)
             return
         self._to_frontend(self._origin, message, p.answers_blocks(msgs))
+
+    def _batch_over(self, batch_id: int, error: str | None, msgs: tuple, rescheduled: tuple,
+                    dropped: bool = False) -> None:
+        """The answer to a batch of a model that is not decoupled: RESPONSES (or
+        DROPPED: answered without `execute`) by `_answer`, or for a batch of this stub's
+        own batcher, each frontend its own (`_answer_own`)."""
+        if self._origin == OWN_BATCH:
+            self._answer_own(error, msgs, rescheduled, dropped)
+        elif dropped:
+            self._answer(p.dropped(batch_id, msgs))
+        else:
+            self._answer(p.responses(batch_id, error, msgs, rescheduled), msgs)
 
     def _answer_frontends(self, msgs: tuple) -> tuple:
         """A parent's batch holding frontend processes' requests (keys of theirs: the

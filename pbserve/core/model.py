@@ -31,6 +31,7 @@ from pbserve.core.instances.stub_process import StubProcess
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.scheduler import Scheduler
 from pbserve.core.scheduling.sequence_batcher import SequenceBatcher
+from pbserve.core.scheduling.stub_batching import batches_in_stub
 from pbserve.core.types import InferRequest, InferResponse
 from pbserve.core.observability.tracing import TRACER, Trace
 from pbserve.core.instances.warmup import warm_up, warmup_samples
@@ -89,6 +90,7 @@ class Model:
         self._outage = Outage(name, services.restart_wait_s, self._fail_queued)
         self._cache: ResponseStore | None = None  # the server's, if the config enables it
         self._answerable = False  # `_set_config`
+        self._stub_batches = False  # ... and whose dynamic batcher may be its stub's
         self._cache_load = new_load()  # this load's entries only (cached_infer.py)
 
     @property
@@ -220,6 +222,7 @@ class Model:
         self._answerable = not self.decoupled and self._cache is None and (
             cfg.HasField("sequence_batching") or cfg.HasField("dynamic_batching")
             and not cfg.dynamic_batching.preserve_ordering)
+        self._stub_batches = batches_in_stub(cfg)
         self._admission = Admission(self.name, self.version, cfg, self.stats,
                                     self._services.refs, self._outage)
         self.scheduler = scheduler = self._admission.scheduler
@@ -232,12 +235,14 @@ class Model:
         """What frontend process `slot` needs to send this model's requests to its stubs
         itself (docs/frontend_processes.md): its version, its config (serialized, for
         validation), each READY instance's queue names (to its stub, from it), its
-        stub's bell, pid and instance name, and whether the requests go through the core
+        stub's bell, pid and instance name, whether the requests go through the core
         (`scheduled`: a dynamic or sequence batcher's; the stubs answer the frontend
-        themselves).
+        themselves), and whether they go to the stub's own batcher (`batched`:
+        scheduling/stub_batching.py).
         None where requests and answers must pass through the core
         (`_direct_instances`, `_answered_instances`)."""
-        instances = self._direct_instances()
+        batched = self._stub_batches and len(self.instances) == 1
+        instances = self._direct_instances(batched)
         scheduled = instances is None
         if scheduled:
             instances = self._answered_instances()
@@ -253,7 +258,8 @@ class Model:
         if scheduled:  # the frontend reads their answers from now on
             for instance in instances:
                 instance.stub.answers_read_by.add(origin_of(slot))
-        return self.version, self.cfg.SerializeToString(), tuple(stubs), scheduled
+        return self.version, self.cfg.SerializeToString(), tuple(stubs), scheduled, \
+            batched and not scheduled
 
     def caller_route(self, caller: object, origin: int, bell: str
                      ) -> tuple[tuple, list[StubProcess]] | None:
@@ -281,13 +287,14 @@ class Model:
         return (self.version, cfg.max_batch_size, inputs, tuple(o.name for o in cfg.output),
                 tuple(stubs)), processes
 
-    def _direct_instances(self) -> list[ModelInstance] | None:
+    def _direct_instances(self, batched: bool = False) -> list[ModelInstance] | None:
         """The instances whose stubs take requests from other processes directly; None
-        where requests must pass through the core: a batcher, the response cache, the
-        rate limiter, tracing, an instance not READY, a stub without a bell (a server
-        without frontend processes)."""
+        where requests must pass through the core: a batcher (but a dynamic one the
+        stub runs, when `batched`), the response cache, the rate limiter, tracing, an
+        instance not READY, a stub without a bell (a server without frontend
+        processes)."""
         cfg = self.cfg
-        if cfg.HasField("dynamic_batching") \
+        if cfg.HasField("dynamic_batching") and not batched \
                 or cfg.HasField("sequence_batching") or self._cache is not None \
                 or TRACER.enabled or not self.instances:
             return None

@@ -98,15 +98,17 @@ class DirectStub(StubPeer):
 
 
 class DirectRoute:
-    """A model whose requests go to its stubs directly; or whose requests the core
-    schedules and its stubs answer here (`scheduled`: a dynamic batcher's); or an
-    ensemble this frontend runs itself (`ensemble`: its EnsembleRequests,
-    frontends/ensembles.py; no stubs)."""
+    """A model whose requests go to its stubs directly (to its one stub's own batcher:
+    `batched`, stub/batcher.py); or whose requests the core schedules and its stubs
+    answer here (`scheduled`: a dynamic batcher's); or an ensemble this frontend runs
+    itself (`ensemble`: its EnsembleRequests, frontends/ensembles.py; no stubs)."""
 
     def __init__(self, version: str, config: mc.ModelConfig, stubs: list[DirectStub],
-                 ensemble: Any = None, scheduled: bool = False) -> None:
+                 ensemble: Any = None, scheduled: bool = False, batched: bool = False
+                 ) -> None:
         self.version = version
         self.scheduled = scheduled
+        self.batched = batched
         # the core only queues the stub's message made here (QUEUE: DirectPath.stub_message);
         # not where a dynamic batcher compares the inputs' shapes (it needs the request's).
         # (A route outlives a reload by ROUTE_TTL_S at most: the requests it sends meanwhile
@@ -201,7 +203,7 @@ class DirectPath:
             answer = self._ask("direct_route", name, version, self._slot)
             route = None
             if answer is not None:
-                model_version, cfg, stubs, scheduled = answer
+                model_version, cfg, stubs, scheduled, batched = answer
                 config = mc.ModelConfig.FromString(cfg)
                 if stubs is None:  # an ensemble: run here, or through the core
                     if self._ensemble is not None:
@@ -211,7 +213,7 @@ class DirectPath:
                     try:
                         route = DirectRoute(model_version, config,
                                             [self._stub(tuple(s)) for s in stubs],
-                                            scheduled=scheduled)
+                                            scheduled=scheduled, batched=batched)
                     except OSError:  # a stub ended meanwhile (its names are gone)
                         route = None
             kept = self._routes[key] = (now + ROUTE_TTL_S, route)
@@ -280,7 +282,8 @@ class DirectPath:
         stub = min(route.stubs, key=lambda s: s.outstanding)
         frees = stub.frees.take()
         try:
-            stub.send(p.execute(key, (msg,), frees))
+            stub.send(p.queued(key, msg, batch or 1, arrived_ns, frees) if route.batched
+                      else p.execute(key, (msg,), frees))
         except QueueFull:
             stub.frees.restore(frees)
             self._free(blocks)
@@ -423,12 +426,21 @@ class DirectPath:
         self._count(waiting, error is not None or kind == p.DROPPED)
 
     def _on_answers(self, stub: DirectStub, message: tuple) -> None:
-        """The responses of requests the core scheduled and sent this stub in a batch
-        (stub.py `_answer_frontends`): to LinkedCore, which sent them."""
+        """The responses of requests in a batch of the stub's own batcher (this
+        frontend's, stub/batcher.py: the stub counted them), and of requests the core
+        scheduled and sent this stub in a batch (stub.py `_answer_frontends`): to
+        LinkedCore, which sent them."""
         _, entries = message
         answered = self._answered
         for key, msg in entries:
-            if answered is not None:
+            waiting = self._waiting.pop(key, None)
+            if waiting is not None:
+                stub.outstanding -= 1
+                self._free(waiting.blocks)
+                response = InferResponse(waiting.model, waiting.version, waiting.request_id)
+                self.read(stub, msg, response)
+                waiting.deliver(response)
+            elif answered is not None:
                 answered(stub, key, msg)
             else:
                 stub.frees.add(p.output_blocks(msg[p.RESP_OUTPUTS]))

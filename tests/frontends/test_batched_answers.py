@@ -1,5 +1,6 @@
-"""A dynamic batcher's requests from frontend processes: the core schedules them, and the
-stub answers each request to the frontend that sent it (stub/stub.py
+"""A dynamic batcher's requests from frontend processes, where the core keeps the batcher
+(here: one with a queue policy; a simpler one is the stub's, test_stub_batcher.py): the core
+schedules them, and the stub answers each request to the frontend that sent it (stub/stub.py
 `_answer_frontends`), the core hearing only that it is done. Driven as a user would: a
 real server with `--frontend-processes 2`, real stubs, tritonclient."""
 
@@ -70,7 +71,9 @@ def server(tmp_path_factory):
     write(repo / "held" / "1" / "model.py", HELD)
     write(repo / "held" / "config.pbtxt",
           'backend: "python"\nmax_batch_size: 16\n'
-          'dynamic_batching { max_queue_delay_microseconds: 20000 }\n'
+          # (a queue policy: the core's batcher, not the stub's: test_stub_batcher.py)
+          'dynamic_batching { max_queue_delay_microseconds: 20000 '
+          'default_queue_policy { max_queue_size: 100 } }\n'
           'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
           'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }, '
           '{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'

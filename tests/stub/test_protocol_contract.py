@@ -77,6 +77,9 @@ EXCEPTIONS = {
     ("read by another protocol", "ANSWERS", ""):
         "a stub's answers to a frontend process's requests in a batch the parent sent: "
         "read by that frontend (pbserve/frontends/direct.py), not by the parent",
+    ("sent by another protocol", "QUEUED", "parent"):
+        "a frontend process's request for a stub's own batcher (stub/batcher.py): sent "
+        "only by frontends (pbserve/frontends/direct.py), on the parent's side of a stub",
     ("second reader", "REPLY", "stub/direct_replies.py:DirectReplies"):
         "a CALL_DIRECT's answer comes on the main queue, read there by the main thread "
         "while it waits; the other REPLYs come on the control queue (Stub's table)",
@@ -396,6 +399,11 @@ class Contract:
 
     def _sender(self, kind: str) -> str | None:
         senders = self.senders[kind]
+        if not senders:  # a kind only another protocol sends: the side it names
+            excused = [side for (rule, k, side) in self.exceptions
+                       if rule == "sent by another protocol" and k == kind]
+            return excused[0] if excused and self.excused((
+                "sent by another protocol", kind, excused[0])) else None
         return next(iter(senders)) if len(senders) == 1 else None
 
     @staticmethod
@@ -468,7 +476,7 @@ class Contract:
 
     # -- judging them ---------------------------------------------------------------
     def _judge_kind(self, kind: str) -> None:
-        senders = self.senders[kind]
+        senders = self.senders[kind] or {self._sender(kind)}
         if len(senders) != 1 or None in senders or next(iter(senders)) not in OTHER:
             self.problems.append(f"{kind} ({self.proto.kinds[kind]}()) must be sent by one "
                                  f"side, the parent or the stub; sent by {sorted(senders)}")

@@ -136,7 +136,7 @@ class EnsembleModel:
                     return None
             except ServerError:
                 return None
-        return self.version, self.cfg.SerializeToString(), None, False
+        return self.version, self.cfg.SerializeToString(), None, False, False
 
     def step_model(self, name: str, version: str = "") -> StepModel:
         """The loaded model a step named `name` calls now (NOT_FOUND if none)."""

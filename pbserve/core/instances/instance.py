@@ -437,7 +437,7 @@ class ModelInstance:
                 p.BLS_RELEASE: self._on_bls_release,
                 p.CALL_CANCEL: self._on_call_cancel, p.NOTIFY: self._on_notify,
                 p.REGIONS_GONE: self._on_regions_gone, p.SHM_PRESSURE: self._on_shm_pressure,
-                p.READINESS: self._on_readiness}
+                p.READINESS: self._on_readiness, p.BATCHES: self._on_batches}
 
     def _on_call(self, message: tuple) -> None:
         _, call_id, op, args = message
@@ -475,6 +475,11 @@ class ModelInstance:
     def _on_readiness(self, message: tuple) -> None:
         _, error, ready = message
         self.readiness.answered(error, ready)
+
+    def _on_batches(self, message: tuple) -> None:
+        """What the stub's own batches added to the statistics (stub/batcher.py)."""
+        _, sizes, requests = message
+        self._accounting.stub_batches(sizes, requests)
 
     def _on_dropped(self, message: tuple) -> None:
         """The stub answered a batch without running it (all cancelled while it waited):

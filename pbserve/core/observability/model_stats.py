@@ -125,6 +125,31 @@ class ModelAccounting:
         figures[0] += requests
         figures[1] += compute_ns
 
+    def stub_batches(self, sizes: tuple, requests: tuple) -> None:
+        """What a stub's own batches added (stub/batcher.py BatchCounts): executions
+        and their compute time by batch size; the requests' successes (their
+        inferences, time from arrival in their frontend to answer, queue time in the
+        stub, compute time), failures and cancellations, as `batch_done` and
+        `completed` add them up."""
+        stats = self.stats
+        for size, executions, compute_ns in sizes:
+            stats.exec_count += executions
+            figures = stats.batches.setdefault(size, [0, 0, 0, 0])
+            figures[0] += executions
+            figures[1] += compute_ns
+        successes, inferences, success_ns, queue_ns, compute_ns, failures, cancelled, \
+            failure_ns = requests
+        stats.success += successes
+        stats.success_us += success_ns // 1000
+        stats.inference_count += inferences
+        stats.queue_us += queue_ns // 1000
+        stats.compute_infer_us += compute_ns // 1000
+        stats.request_us += (success_ns + failure_ns) // 1000
+        stats.failures[BACKEND] += failures
+        stats.failures[CANCELED] += cancelled
+        stats.failure_us += failure_ns // 1000
+        stats.last_inference_ms = int(time.time() * 1000)
+
     def direct_responses(self, figures: dict) -> None:
         """A decoupled model's response statistics a frontend process counted of its
         direct requests (pbserve/frontends/direct.py), as `responded` counts them."""

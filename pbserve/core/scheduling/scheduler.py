@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +35,7 @@ from pbserve.core.scheduling.precise_timer import PreciseTimer
 from pbserve.core.scheduling.reorder import ReorderBuffer
 from pbserve.core.types import InferResponse
 from pbserve.errors import ErrorCode, ServerError
+from stub.batch_choice import choose_batch
 from stub.errors import RESCHEDULE_UNSUPPORTED
 
 TIMEOUT_EXPIRED = "Request timeout expired"
@@ -48,43 +49,6 @@ def reject(pending: PendingRequest, code: ErrorCode, message: str) -> None:
     request = pending.request
     pending.deliver(InferResponse(request.model_name, request.model_version, request.id,
                                   error=ServerError(code, message)))
-
-
-def choose_batch(items: Iterable[tuple[int, float, Hashable]], preferred: frozenset[int],
-                 max_preferred: int, max_batch: int, delay_s: float, now: float
-                 ) -> tuple[int, float]:
-    """Triton's GetDynamicBatch over queued `(batch_size, arrival_s, batch_key)` in
-    serving order: `(count, 0.0)` to send the first `count` now, or `(0, deadline)` to
-    wait until `deadline` (loop time) for more. The batch ends before the first request
-    whose `batch_key` differs from the first one's (equal_inputs.py): what is before it
-    is sent now, as when `max_batch` is reached."""
-    size = count = best = 0
-    saturated = False
-    oldest = math.inf
-    first_key: Hashable = None
-    for batch_size, arrival, key in items:
-        batch_size = max(1, batch_size)
-        if count:
-            if size + batch_size > max_preferred and not best:
-                best = count
-            if size + batch_size > max_batch or key != first_key:
-                saturated = True
-                break
-        else:
-            first_key = key
-        size += batch_size
-        count += 1
-        oldest = min(oldest, arrival)
-        if size in preferred:
-            best = count
-    if not count:
-        return 0, 0.0
-    exceeded = delay_s > 0 and now - oldest >= delay_s
-    if best and not exceeded:
-        return best, 0.0
-    if saturated or size >= max_preferred or exceeded or delay_s <= 0:
-        return count, 0.0
-    return 0, oldest + delay_s
 
 
 @dataclass(frozen=True, slots=True)
