@@ -96,7 +96,8 @@ ANSWERS = 118     # (ANSWERS, answers: tuple[(key, ResponseMsg)]): to a frontend
 #                    stub's own batcher (stub/batcher.py), to each frontend its own
 BATCHES = 119     # (BATCHES, sizes: tuple[(batch size, executions, compute ns)],
 #                    requests: BatchCounts' figures): what the stub's own batches added
-#                    to the model's statistics, before their answers go out
+#                    to the model's statistics, before their answers go out; put without
+#                    a ring (Stub.send_quietly): the parent reads it before statistics
 
 # The constructors below are the one place each message's fields are put in order; the
 # readers unpack them in that order (`_, batch_id, error, ... = message`), and the two

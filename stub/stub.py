@@ -77,6 +77,7 @@ LOG_ERROR = 2
 WARM_KEY = -1  # the synthetic request of `_warm_up` (the parent's keys count from 1)
 WARM_BYTES = 64  # ... and its input: a small block, as a first request's
 WARM_POLL_NS = 20_000  # ... and its poll of the main queue (an announced request's)
+RING_LATE_S = 0.1  # how long an idle stub leaves a message put quietly unrung
 OWN_BATCH = -1  # `_origin` while a batch of the stub's own batcher runs (stub/batcher.py)
 
 
@@ -145,6 +146,8 @@ class Stub:
         self.batch_counts = BatchCounts()
         self._own_batch: list[Queued] = []  # ... the one running
         self._own_started_ns = 0
+        self._unrung = False  # a message was put on the up queue without a ring
+        self._rung_s = 0.0  # when the parent's doorbell was last rung
         self.initialized = False  # `initialize` returned; BLS is allowed from then on
         self.finalizing = False  # ... until `finalize` starts
         # what each message kind of the main queue and of the control queue runs
@@ -173,7 +176,25 @@ class Stub:
     # -- plumbing ---------------------------------------------------------------------
     def send(self, message: tuple) -> None:
         first = self.up_q.put(p.encode(message))
-        if first and self.doorbell_fd >= 0:  # else the parent has yet to read the last
+        # else the parent has yet to read the last, which was rung for (or is `_unrung`)
+        if first or self._unrung:
+            self._ring()
+
+    def send_quietly(self, message: tuple) -> None:
+        """`send` without waking the parent for it: a message it need not read at once
+        (BATCHES: it reads the up queue before a statistics call). The next `send`
+        rings for it, or this one if the last ring is RING_LATE_S old, or the main loop
+        once idle that long. The flag is set before the put: a `send` from another
+        thread in between rings for both."""
+        self._unrung = True
+        self.up_q.put(p.encode(message))
+        if time.monotonic() - self._rung_s > RING_LATE_S:
+            self._ring()
+
+    def _ring(self) -> None:
+        self._unrung = False
+        self._rung_s = time.monotonic()
+        if self.doorbell_fd >= 0:
             ring(self.doorbell_fd)
 
     def sending(self) -> bool:
@@ -228,6 +249,9 @@ class Stub:
                 if got is None:
                     if self.batcher.waiting:
                         continue  # the batch's queue delay is over
+                    if self._unrung:  # idle: what was sent quietly is read now
+                        self._ring()
+                        continue
                     if not self.parent_alive():
                         return
                     self._trim(False)  # idle for PARENT_CHECK_S: give idle regions back
@@ -252,6 +276,8 @@ class Stub:
         (DirectBls.after_execute), PARENT_CHECK_S while its pools have a region to give
         back (`_trim`), else until a message comes (its death with the parent is the
         kernel's: stub/parent_death.py)."""
+        if self._unrung:
+            return RING_LATE_S
         if self.direct_bls is not None and self.direct_bls.owes():
             return DIRECT_BLS_FLUSH_S
         return PARENT_CHECK_S if self.pool.has_spare() or self.gpu.has_spare() else None
@@ -330,7 +356,7 @@ class Stub:
         its answer finds it counted), then to each frontend its requests' answers."""
         answers = batch_answers(self._own_batch, error, msgs, rescheduled, dropped,
                                 self._own_started_ns, self.batch_counts)
-        self.send(p.batches(*self.batch_counts.take()))
+        self.send_quietly(p.batches(*self.batch_counts.take()))
         for origin, entries in answers.items():
             self._to_frontend(origin, p.answers(tuple(entries)), p.answers_blocks(entries))
 

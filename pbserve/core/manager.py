@@ -338,16 +338,16 @@ class ModelManager:
     def model_statistics(self, name: str, version: str = "") -> list[dict[str, Any]]:
         """Triton's statistics extension: every loaded version, or the one asked for."""
         if version:
-            return [self.model(name, version).stats.statistics()]
+            return [_counted(self.model(name, version)).statistics()]
         if len(self._ns.keys_of(name, self._entries)) > 1:
             raise invalid_arg(f"requested model '{name}' is not available")
         self.model(name)  # NOT_FOUND for an unknown model, as Triton
         entry = self._entries[self._ns.resolve(name, self._entries)]
-        return [m.stats.statistics() for _, m in sorted(entry.versions.items())]
+        return [_counted(m).statistics() for _, m in sorted(entry.versions.items())]
 
     def model_counters(self) -> list[metrics.ModelStats]:
         """Every loaded model version's counters (what /metrics renders)."""
-        return [m.stats for e in self._entries.values() for m in e.versions.values()]
+        return [_counted(m) for e in self._entries.values() for m in e.versions.values()]
 
     def metrics_text(self) -> str:
         cache = self.response_cache.metrics_text() if self.response_cache else ""
@@ -672,3 +672,11 @@ class ModelManager:
         for model, result in zip(models, results):
             if not isinstance(result, BaseException):
                 log.info("successfully unloaded '%s' version %s", name, model.version)
+
+
+def _counted(model: Model | EnsembleModel) -> metrics.ModelStats:
+    """The model's statistics, with what its stubs told without waking the core read
+    first (Model.read_stubs)."""
+    if isinstance(model, Model):
+        model.read_stubs()
+    return model.stats

@@ -320,6 +320,16 @@ class Model:
                 return None
         return self.instances
 
+    def read_stubs(self) -> None:
+        """What the stubs sent and the core has not read yet, read now: a stub's own
+        batcher tells its statistics without waking the core (stub/batcher.py, BATCHES),
+        so they are read before the statistics are."""
+        if self._stub_batches:
+            for instance in self.instances:
+                stub = instance.stub
+                if stub is not None:
+                    stub.read_now()
+
     def add_direct_stats(self, *figures: int) -> None:
         """What requests a frontend process sent to this model's stubs itself added to
         its statistics (ModelAccounting.direct_requests)."""

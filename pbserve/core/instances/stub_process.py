@@ -295,6 +295,11 @@ class StubProcess:
         if batch and not self._closing:
             self._on_messages(batch)
 
+    def read_now(self) -> None:
+        """The up queue read now, not waiting for the doorbell (Model.read_stubs)."""
+        if not self._closing:
+            self._drain()
+
     def watch_up(self, budget_ns: int) -> None:
         """Poll the up queue once per turn of the event loop, for at most `budget_ns`
         (latency/queue_watch.py): the reply of a short `execute` is read without the
