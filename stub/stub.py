@@ -352,8 +352,9 @@ class Stub:
     def _answer_own(self, error: str | None, msgs: tuple, rescheduled: tuple,
                     dropped: bool) -> None:
         """The answer to a batch of this stub's own batcher: what it added to the
-        statistics to the core first (so that a statistics call made once a client has
-        its answer finds it counted), then to each frontend its requests' answers."""
+        statistics on the up queue first (read before any statistics call, so one made
+        once a client has its answer finds it counted), then each frontend its
+        requests' answers."""
         answers = batch_answers(self._own_batch, error, msgs, rescheduled, dropped,
                                 self._own_started_ns, self.batch_counts)
         self.send_quietly(p.batches(*self.batch_counts.take()))
