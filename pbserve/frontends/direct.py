@@ -413,15 +413,7 @@ class DirectPath:
         waiting = self._waiting.pop(batch_id, None)
         if waiting is None:
             return
-        stub.outstanding -= 1
-        self._free(waiting.blocks)  # `execute` has returned: no one reads them now
-        response = InferResponse(waiting.model, waiting.version, waiting.request_id)
-        if error is not None:
-            response.error = ServerError(ErrorCode.INTERNAL, error)
-        for _, msg in responses:
-            if msg is not None:
-                self.read(stub, msg, response)
-        waiting.deliver(response)
+        self._answered_here(stub, waiting, [msg for _, msg in responses], error)
         # execute raised, or did not run (an error response of the model's succeeds)
         self._count(waiting, error is not None or kind == p.DROPPED)
 
@@ -435,15 +427,27 @@ class DirectPath:
         for key, msg in entries:
             waiting = self._waiting.pop(key, None)
             if waiting is not None:
-                stub.outstanding -= 1
-                self._free(waiting.blocks)
-                response = InferResponse(waiting.model, waiting.version, waiting.request_id)
-                self.read(stub, msg, response)
-                waiting.deliver(response)
+                self._answered_here(stub, waiting, [msg])
             elif answered is not None:
                 answered(stub, key, msg)
             else:
                 stub.frees.add(p.output_blocks(msg[p.RESP_OUTPUTS]))
+
+    def _answered_here(self, stub: DirectStub, waiting: _Waiting, msgs: list,
+                       error: str | None = None) -> None:
+        """The final answer to a request of a model that is not decoupled (taken off
+        `_waiting`): its response, made of `msgs` (ResponseMsgs, or None), or `error`
+        (its batch's), delivered; its inputs freed (`execute` has returned: no one
+        reads them now)."""
+        stub.outstanding -= 1
+        self._free(waiting.blocks)
+        response = InferResponse(waiting.model, waiting.version, waiting.request_id)
+        if error is not None:
+            response.error = ServerError(ErrorCode.INTERNAL, error)
+        for msg in msgs:
+            if msg is not None:
+                self.read(stub, msg, response)
+        waiting.deliver(response)
 
     def _on_send(self, stub: DirectStub, message: tuple) -> None:
         """A decoupled model's response (its final flag, with or without one)."""
