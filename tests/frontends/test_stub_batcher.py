@@ -6,6 +6,7 @@ stubs, tritonclient."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -134,29 +135,46 @@ def _answers(results: list, values: list[float]) -> None:
         np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2 * value))
 
 
+@contextlib.contextmanager
+def _behind_a_running_batch(server):
+    """A batch of one request runs, held, while the block sends more with `later(values,
+    **client_args)` (each in the background; it returns the list their results fill):
+    they wait in the stub's queue. On leaving the block the batch is let go and every
+    request sent has its answer; the held batch's own is checked. `_seen` then tells
+    the batches that ran after it."""
+    release = _held(server)
+    threads: list[threading.Thread] = []
+
+    def later(values: list[float], **client_args) -> list:
+        results: list = []
+        thread = threading.Thread(
+            target=lambda: results.extend(_many(server, values, **client_args)))
+        thread.start()
+        threads.append(thread)
+        return results
+    first = later([1.0])
+    try:
+        wait_for(lambda: _seen(server) == [1], "the first batch to run", 10)
+        (server.tmp / "held.seen").unlink()
+        yield later
+    finally:
+        release()
+        for thread in threads:
+            thread.join(30)
+    _answers(first, [1.0])
+
+
 def test_the_batch_grows_while_the_instance_runs_and_is_counted_at_once(server):
     """What comes while a batch runs forms the next batch (as Triton's batcher grows its
     next payload), and a statistics call made once the answers are in counts it."""
     _learn_routes(server)
     before = _stats(server)
-    release = _held(server)
-    first: list = []
-    runner = threading.Thread(target=lambda: first.extend(_many(server, [1.0])))
-    runner.start()
-    try:
-        wait_for(lambda: _seen(server) == [1], "the first batch to run", 10)
-        rest: list = []
-        values = [float(i) for i in range(2, 10)]
-        others = threading.Thread(target=lambda: rest.extend(_many(server, values)))
-        others.start()
+    values = [float(i) for i in range(2, 10)]
+    with _behind_a_running_batch(server) as later:
+        rest = later(values)
         time.sleep(0.5)  # the eight wait in the stub's queue
-    finally:
-        release()
-        runner.join(30)
-    others.join(30)
-    _answers(first, [1.0])
     _answers(rest, values)
-    assert _seen(server) == [1, 8]
+    assert _seen(server) == [8]
     after = _stats(server)
     assert int(after["inference_count"]) == int(before["inference_count"]) + 9
     assert int(after["execution_count"]) == int(before["execution_count"]) + 2
@@ -184,7 +202,8 @@ def test_requests_are_batched_and_answered_while_the_core_process_is_stopped(ser
     os.kill(server.pid, signal.SIGSTOP)
     try:
         # within the route's second (frontends/direct.py ROUTE_TTL_S)
-        client.async_infer("held", inputs(0.0), lambda result, error: results.put((0.0, result, error)))
+        client.async_infer("held", inputs(0.0),
+                           lambda result, error: results.put((0.0, result, error)))
         wait_for(lambda: _seen(server) == [1], "the first batch to run", 10)
         for value in (1.0, 2.0, 3.0):
             client.async_infer("held", inputs(value),
@@ -205,23 +224,9 @@ def test_requests_are_batched_and_answered_while_the_core_process_is_stopped(ser
 def test_a_failed_batch_fails_each_of_its_requests_and_no_other(server):
     _learn_routes(server)
     before = _stats(server)
-    release = _held(server)
-    first: list = []
-    runner = threading.Thread(target=lambda: first.extend(_many(server, [1.0])))
-    runner.start()
-    try:
-        wait_for(lambda: _seen(server) == [1], "the first batch to run", 10)
-        (server.tmp / "held.seen").unlink(missing_ok=True)
-        results: list = []
-        values = [2.0, -1.0, 3.0]
-        others = threading.Thread(target=lambda: results.extend(_many(server, values)))
-        others.start()
+    with _behind_a_running_batch(server) as later:
+        results = later([2.0, -1.0, 3.0])
         time.sleep(0.5)
-    finally:
-        release()
-        runner.join(30)
-    others.join(30)
-    _answers(first, [1.0])
     assert _seen(server) == [3]
     for result in results:
         assert isinstance(result, Exception) and "a negative X" in str(result), result
@@ -233,25 +238,12 @@ def test_a_failed_batch_fails_each_of_its_requests_and_no_other(server):
 
 def test_a_client_that_leaves_while_queued_is_not_run_and_harms_no_other(server):
     _learn_routes(server)
-    release = _held(server)
-    first: list = []
-    runner = threading.Thread(target=lambda: first.extend(_many(server, [1.0])))
-    runner.start()
-    try:
-        wait_for(lambda: _seen(server) == [1], "the first batch to run", 10)
-        (server.tmp / "held.seen").unlink(missing_ok=True)
+    with _behind_a_running_batch(server) as later:
         left = _many(server, [5.0], network_timeout=0.3)  # leaves while held
         assert isinstance(left[0], Exception)
         time.sleep(0.3)  # its cancellation reaches the stub through the core
-        staying: list = []
-        others = threading.Thread(target=lambda: staying.extend(_many(server, [2.0, 3.0])))
-        others.start()
+        staying = later([2.0, 3.0])
         time.sleep(0.3)
-    finally:
-        release()
-        runner.join(30)
-    others.join(30)
-    _answers(first, [1.0])
     _answers(staying, [2.0, 3.0])
     assert _seen(server) == [2]  # the one that left did not run
     wait_for(lambda: int(_stats(server)["inference_stats"]["fail"]["count"]) >= 1,
