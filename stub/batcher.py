@@ -10,11 +10,13 @@ frontend sends the request to the stub, the stub answers the frontend, and the c
 sees only what the batches add to the statistics. As in Triton, the batch being formed
 grows while the instance runs the one before: what came meanwhile waits in the inbox.
 
-Which models: the core says (Model.direct_route's `batched`): a dynamic batcher with one
-instance, no priority levels, no queue policy, no preserve_ordering, inputs whose shapes
-the batcher need not compare, not decoupled. A request with a timeout or client shared
-memory still goes through the core, whose batches the stub runs between its own.
-Everything here runs on the stub's main thread.
+Which models: the core says (Model.direct_route's `batched`,
+pbserve/core/scheduling/stub_batching.py): a dynamic batcher with one instance (whose
+batches run in order: preserve_ordering holds), no priority levels, no queue policy with
+a timeout or a size limit, no inputs whose shapes it compares, a model that is not
+decoupled. A request with a timeout or client shared memory still goes through the
+core, whose batches the stub runs between its own. Everything here runs on the stub's
+main thread.
 """
 
 from __future__ import annotations
