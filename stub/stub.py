@@ -142,7 +142,7 @@ class Stub:
         self._running = True
         self._announced = False  # the request now running was announced (expect_request)
         # the frontends' requests this stub batches itself (QUEUED; replaced at INIT)
-        self.batcher = StubBatcher(1, frozenset(), 0.0)
+        self.batcher = StubBatcher.of({})
         self.batch_counts = BatchCounts()
         self._own_batch: list[Queued] = []  # ... the one running
         self._own_started_ns = 0
@@ -315,10 +315,7 @@ class Stub:
             self._returned(frees)
             self._free(frees)
         if self.finalizing:
-            error = (int(TritonError.UNAVAILABLE),
-                     f"model '{self.model_name}' is unloading: the request was not run")
-            self._to_frontend(origin, p.answers(((key, p.response_record(error, (), "{}")),)),
-                              ())
+            self._to_frontend(origin, p.answers(((key, self._unloading()),)), ())
             return
         self.batcher.add(origin, key, msg, size, arrived_ns)
 
@@ -397,12 +394,17 @@ class Stub:
         self._origin = PARENT
 
     def _refuse(self, batch_id: int, requests: tuple) -> None:
-        """A frontend's request that came after FINALIZE: UNAVAILABLE, not run."""
-        error = (int(TritonError.UNAVAILABLE),
-                 f"model '{self.model_name}' is unloading: the request was not run")
-        answer = p.response_record(error, (), "{}")
+        """A frontend's batch that came after FINALIZE: each request `_unloading`."""
+        answer = self._unloading()
         self._batch_over(batch_id, None, tuple([(r[REQ_KEY], answer) for r in requests]),
                          (), dropped=True)
+
+    def _unloading(self) -> tuple:
+        """The answer (a ResponseMsg) to a frontend's request that came after FINALIZE:
+        UNAVAILABLE, not run."""
+        error = (int(TritonError.UNAVAILABLE),
+                 f"model '{self.model_name}' is unloading: the request was not run")
+        return p.response_record(error, (), "{}")
 
     def _on_sequence_terminated_msg(self, message: tuple) -> None:
         _, correlation_id, reason = message
