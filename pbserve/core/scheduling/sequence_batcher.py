@@ -39,11 +39,11 @@ from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.config.model_config import datatype_of
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.precise_timer import PreciseTimer
-from pbserve.core.scheduling.scheduler import (
-    RESCHEDULE_UNSUPPORTED, Staging, choose_batch, reject)
+from pbserve.core.scheduling.scheduler import RESCHEDULE_UNSUPPORTED, Staging, reject
 from pbserve.core.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
 from pbserve.errors import ErrorCode
 from stub import protocol as p
+from stub.batch_choice import choose_batch
 
 log = logging.getLogger("pbserve.core")
 
