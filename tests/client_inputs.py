@@ -1,11 +1,14 @@
-"""tritonclient inputs straight from numpy arrays (datatype from the array's dtype), and
+"""tritonclient inputs straight from numpy arrays (datatype from the array's dtype),
+`infer_at_once`, requests sent together from clients of their own, and
 `send_and_hang_up`, a client that leaves before its answer."""
 
 from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,31 @@ def typed_input(name: str, array: np.ndarray, datatype: str, module=httpclient):
     tensor = module.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor
+
+
+def infer_at_once(client_of: Callable[[], object], model: str, inputs: list[list],
+                  answered: list | None = None) -> list:
+    """One request of `model` for each of `inputs`, all at once, each from its own
+    thread and client (`client_of()`): each one's result or error, in order; `answered`
+    gets each index as its answer comes."""
+    results: list = [None] * len(inputs)
+
+    def one(i: int) -> None:
+        client = client_of()
+        try:
+            results[i] = client.infer(model, inputs[i])
+        except Exception as err:  # noqa: BLE001 - the caller looks at it
+            results[i] = err
+        finally:
+            client.close()  # in its own thread (not left to __del__ on another)
+        if answered is not None:
+            answered.append(i)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(inputs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
 
 
 def send_and_hang_up(server, model: str, marker: Path, input_name: str = "MARKER") -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from client_inputs import infer_at_once
 from model_files import write
 from pbserve.testing import frontend_pids, running_server, stub_pids
 from polling import wait_for
@@ -99,26 +100,8 @@ def _x(value: float) -> list:
 
 
 def _many(client_of, count: int, answered: list | None = None) -> list:
-    """`count` requests at once, each from its own thread: each one's result or error;
-    `answered` gets each index as its answer comes."""
-    results: list = [None] * count
-
-    def one(i: int) -> None:
-        client = client_of()
-        try:
-            results[i] = client.infer("held", _x(float(i)))
-        except Exception as err:  # noqa: BLE001 - the test looks at it
-            results[i] = err
-        finally:
-            client.close()  # in its own thread (not left to __del__ on another)
-        if answered is not None:
-            answered.append(i)
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return results
+    """`count` requests at once, request i doubling i (client_inputs.infer_at_once)."""
+    return infer_at_once(client_of, "held", [_x(float(i)) for i in range(count)], answered)
 
 
 def _stats(server) -> dict:

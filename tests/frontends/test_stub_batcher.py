@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from client_inputs import infer_at_once
 from model_files import write
 from pbserve.testing import running_server, stub_pids
 from polling import wait_for
@@ -83,24 +84,9 @@ def _x(value: float) -> list:
 
 
 def _many(server, values: list[float], model: str = "held", **client_args) -> list:
-    """One request a value, each from its own thread and client at once: each one's
-    result or error."""
-    results: list = [None] * len(values)
-
-    def one(i: int) -> None:
-        client = server.http_client(**client_args)
-        try:
-            results[i] = client.infer(model, _x(values[i]))
-        except Exception as err:  # noqa: BLE001 - the test looks at it
-            results[i] = err
-        finally:
-            client.close()  # in its own thread (not left to __del__ on another)
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(values))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return results
+    """One request a value, all at once (client_inputs.infer_at_once)."""
+    return infer_at_once(lambda: server.http_client(**client_args), model,
+                         [_x(value) for value in values])
 
 
 def _learn_routes(server, model: str = "held") -> None:
