@@ -16,38 +16,10 @@ import pytest
 import tritonclient.http as httpclient
 
 from client_inputs import infer_at_once
+from held_model import HELD, held_x
 from model_files import write
 from pbserve.testing import frontend_pids, running_server, stub_pids
 from polling import wait_for
-
-# Doubles X; a batch waits until the file named by the model's parameter "hold" is gone,
-# and writes its size into "seen" first (the test sees the batch run).
-HELD = """
-import json
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        params = json.loads(args["model_config"])["parameters"]
-        self.hold = params["hold"]["string_value"]
-        self.seen = params["seen"]["string_value"]
-
-    def execute(self, requests):
-        with open(self.seen, "a") as f:
-            f.write(f"{len(requests)}\\n")
-        while os.path.exists(self.hold):
-            time.sleep(0.01)
-        return [pb_utils.InferenceResponse([
-            pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2),
-            pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
-            for r in requests]
-"""
-
 
 # Doubles X of any length, and answers the size of the batch it was in: a batcher that
 # compares the inputs' shapes (a variable dim) batches equal shapes only.
@@ -93,15 +65,9 @@ def server(tmp_path_factory):
         yield srv
 
 
-def _x(value: float) -> list:
-    tensor = httpclient.InferInput("X", [1, 4], "FP32")
-    tensor.set_data_from_numpy(np.full((1, 4), value, np.float32))
-    return [tensor]
-
-
 def _many(client_of, count: int, answered: list | None = None) -> list:
     """`count` requests at once, request i doubling i (client_inputs.infer_at_once)."""
-    return infer_at_once(client_of, "held", [_x(float(i)) for i in range(count)], answered)
+    return infer_at_once(client_of, "held", [held_x(float(i)) for i in range(count)], answered)
 
 
 def _stats(server) -> dict:
@@ -188,12 +154,12 @@ def test_a_bad_request_is_refused_in_the_cores_words(server):
     tensor = httpclient.InferInput("X", [1, 5], "FP32")
     tensor.set_data_from_numpy(np.zeros((1, 5), np.float32))
     client = server.http_client()
-    client.infer("held", _x(1.0))  # the frontend knows the route
+    client.infer("held", held_x(1.0))  # the frontend knows the route
     for _ in range(2):
         with pytest.raises(Exception, match=r"unexpected shape for input 'X' for model "
                                             r"'held'\. Expected \[-1,4\], got \[1,5\]"):
             client.infer("held", [tensor])
-    assert client.infer("held", _x(3.0)).as_numpy("Y")[0][0] == 6.0
+    assert client.infer("held", held_x(3.0)).as_numpy("Y")[0][0] == 6.0
     client.close()
 
 
@@ -202,7 +168,7 @@ def test_a_stub_killed_under_a_batch_fails_it_and_its_successor_answers(server):
     read yet, so the core answers its first requests itself, then routes them on."""
     hold = server.tmp / "hold"
     client = server.http_client()
-    pid = int(client.infer("held", _x(1.0)).as_numpy("PID")[0])
+    pid = int(client.infer("held", held_x(1.0)).as_numpy("PID")[0])
     assert pid in stub_pids(server.pid)
     hold.touch()
     results: list = []
@@ -220,7 +186,7 @@ def test_a_stub_killed_under_a_batch_fails_it_and_its_successor_answers(server):
 
     def served() -> bool:
         try:
-            return int(client.infer("held", _x(2.0)).as_numpy("PID")[0]) != pid
+            return int(client.infer("held", held_x(2.0)).as_numpy("PID")[0]) != pid
         except Exception:  # restarting
             return False
     wait_for(served, "a new stub", 30)
@@ -240,7 +206,7 @@ def test_a_client_that_leaves_a_running_batch_harms_no_other(server):
     try:
         runner.start()
         with pytest.raises(Exception):
-            leaving.infer("held", _x(9.0))
+            leaving.infer("held", held_x(9.0))
     finally:
         hold.unlink(missing_ok=True)
         runner.join(30)
@@ -262,7 +228,7 @@ def test_a_frontend_killed_under_batched_load_is_replaced_and_the_other_serves_o
         client = server.http_client()
         while not stop.is_set():
             try:
-                result = client.infer("held", _x(float(i)))
+                result = client.infer("held", held_x(float(i)))
                 np.testing.assert_array_equal(result.as_numpy("Y"), np.full((1, 4), 2.0 * i))
                 with lock:
                     counts["ok"] += 1

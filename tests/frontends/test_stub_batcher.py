@@ -16,42 +16,12 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 
 from client_inputs import infer_at_once
+from held_model import HELD, held_x
 from model_files import write
 from pbserve.testing import running_server, stub_pids
 from polling import wait_for
-
-# Doubles X. A batch writes its size into the file "seen", then waits while the file
-# "hold" exists; a batch holding a negative X raises.
-HELD = """
-import json
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        params = json.loads(args["model_config"])["parameters"]
-        self.hold = params["hold"]["string_value"]
-        self.seen = params["seen"]["string_value"]
-
-    def execute(self, requests):
-        xs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
-        with open(self.seen, "a") as f:
-            f.write(f"{len(requests)}\\n")
-        while os.path.exists(self.hold):
-            time.sleep(0.01)
-        if any((x < 0).any() for x in xs):
-            raise ValueError("a negative X")
-        return [pb_utils.InferenceResponse([
-            pb_utils.Tensor("Y", x * 2), pb_utils.Tensor("PID", np.array([os.getpid()]))])
-            for x in xs]
-"""
 
 CONFIG = (
     'backend: "python"\nmax_batch_size: 16\n'
@@ -77,16 +47,10 @@ def server(tmp_path_factory):
         yield srv
 
 
-def _x(value: float) -> list:
-    tensor = httpclient.InferInput("X", [1, 4], "FP32")
-    tensor.set_data_from_numpy(np.full((1, 4), value, np.float32))
-    return [tensor]
-
-
 def _many(server, values: list[float], model: str = "held", **client_args) -> list:
     """One request a value, all at once (client_inputs.infer_at_once)."""
     return infer_at_once(lambda: server.http_client(**client_args), model,
-                         [_x(value) for value in values])
+                         [held_x(value) for value in values])
 
 
 def _learn_routes(server, model: str = "held") -> None:
@@ -239,7 +203,7 @@ def test_a_client_that_leaves_while_queued_is_not_run_and_harms_no_other(server)
 def test_a_stub_killed_with_requests_queued_fails_them_and_its_successor_answers(server):
     _learn_routes(server)
     client = server.http_client()
-    pid = int(client.infer("held", _x(1.0)).as_numpy("PID")[0])
+    pid = int(client.infer("held", held_x(1.0)).as_numpy("PID")[0])
     assert pid in stub_pids(server.pid)
     release = _held(server)
     results: list = []
@@ -256,7 +220,7 @@ def test_a_stub_killed_with_requests_queued_fails_them_and_its_successor_answers
 
     def served() -> bool:
         try:
-            return int(client.infer("held", _x(2.0)).as_numpy("PID")[0]) != pid
+            return int(client.infer("held", held_x(2.0)).as_numpy("PID")[0]) != pid
         except Exception:  # restarting
             return False
     wait_for(served, "a new stub", 30)
