@@ -43,3 +43,12 @@ def held_x(value: float) -> list:
     tensor = httpclient.InferInput("X", [1, 4], "FP32")
     tensor.set_data_from_numpy(np.full((1, 4), value, np.float32))
     return [tensor]
+
+
+def answered_by_another_stub(client, pid: int) -> bool:
+    """Whether HELD, asked through `client`, is answered by a stub other than `pid` (a
+    killed stub's successor); False while none answers (it is restarting)."""
+    try:
+        return int(client.infer("held", held_x(2.0)).as_numpy("PID")[0]) != pid
+    except Exception:  # noqa: BLE001 - restarting
+        return False

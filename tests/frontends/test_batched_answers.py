@@ -16,7 +16,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from client_inputs import infer_at_once
-from held_model import HELD, held_x
+from held_model import HELD, answered_by_another_stub, held_x
 from model_files import write
 from pbserve.testing import frontend_pids, running_server, stub_pids
 from polling import wait_for
@@ -184,12 +184,7 @@ def test_a_stub_killed_under_a_batch_fails_it_and_its_successor_answers(server):
     assert all(isinstance(r, Exception) and "is not healthy" in str(r) for r in results), \
         results
 
-    def served() -> bool:
-        try:
-            return int(client.infer("held", held_x(2.0)).as_numpy("PID")[0]) != pid
-        except Exception:  # restarting
-            return False
-    wait_for(served, "a new stub", 30)
+    wait_for(lambda: answered_by_another_stub(client, pid), "a new stub", 30)
     for _ in range(3):  # before and after the frontends learn the new stub's route
         results = _many(server.http_client, 4)
         assert not any(isinstance(r, Exception) for r in results), results

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from client_inputs import infer_at_once
-from held_model import HELD, held_x
+from held_model import HELD, answered_by_another_stub, held_x
 from model_files import write
 from pbserve.testing import running_server, stub_pids
 from polling import wait_for
@@ -218,12 +218,7 @@ def test_a_stub_killed_with_requests_queued_fails_them_and_its_successor_answers
     assert all(isinstance(r, Exception) and "is not healthy" in str(r) for r in results), \
         results
 
-    def served() -> bool:
-        try:
-            return int(client.infer("held", held_x(2.0)).as_numpy("PID")[0]) != pid
-        except Exception:  # restarting
-            return False
-    wait_for(served, "a new stub", 30)
+    wait_for(lambda: answered_by_another_stub(client, pid), "a new stub", 30)
     for _ in range(3):  # before and after the frontends learn the new stub's route
         _answers(_many(server, [3.0] * 4), [3.0] * 4)
         time.sleep(0.6)
