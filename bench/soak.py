@@ -102,8 +102,8 @@ def phase_memory(server: RunningServer, args) -> None:
     sampler.start()
     run = Run(PATHS, args.clients, _urls(server), args.timeout)
     run.sleep_until(args.seconds)
+    sampler.stop()  # before the tally is printed: one line a print, not two interleaved
     run.finish()
-    sampler.stop()
     for line in sampler.report():
         print(line)
     time.sleep(args.settle)  # released blocks and idle regions given back (1-2 s idle)

@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -95,10 +94,6 @@ ROUNDS = int(os.environ.get("PBSERVE_STOP_ROUNDS", "3"))
 EXIT_TIMEOUT_S = 5
 
 
-def _pbserve_temp_dirs() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("pbserve")}
-
-
 def test_a_frontend_and_its_worker_stopped_together_both_exit(tmp_path):
     """As Ctrl-C to a process group does (or `kill -INT $F $W`): the worker deletes its
     registry entries while the frontend stops following them."""
@@ -107,14 +102,16 @@ def test_a_frontend_and_its_worker_stopped_together_both_exit(tmp_path):
     for name in ("config.pbtxt", "1/model.py"):
         source = ROOT / "models/examples/identity" / name
         (repo / "identity" / name).write_text(source.read_text())
-    temp_before = _pbserve_temp_dirs()
+    temp = tmp_path / "tmp"  # the servers' own temp dir: what they leave there shows
+    temp.mkdir()
+    env = {"TMPDIR": str(temp)}
     flags = ["--exit-timeout-secs", str(EXIT_TIMEOUT_S)]
     with running_nats(tmp_path / "nats.log") as nats:
         for round_ in range(ROUNDS):
             plane = ["--request-plane", nats.url, *flags]
             worker = RunningServer([repo], args=[*plane, "--worker-name", "w"],
-                                   log_path=tmp_path / f"worker{round_}.log")
-            frontend = RunningServer([], args=plane,
+                                   log_path=tmp_path / f"worker{round_}.log", env=env)
+            frontend = RunningServer([], args=plane, env=env,
                                      log_path=tmp_path / f"frontend{round_}.log")
             try:
                 worker.wait_ready()
@@ -137,7 +134,8 @@ def test_a_frontend_and_its_worker_stopped_together_both_exit(tmp_path):
                 frontend.stop()
                 worker.stop()
             assert _owned_entries(worker.pid) == [] and _owned_entries(frontend.pid) == []
-    assert _pbserve_temp_dirs() - temp_before == set()
+    shared = f"pbserve_stub_path_{os.getuid()}_"  # kept for this user's next servers, by design
+    assert [p.name for p in temp.iterdir() if not p.name.startswith(shared)] == []
 
 
 def test_the_first_signal_says_that_a_second_one_forces_the_exit(tmp_path):

@@ -36,7 +36,7 @@ NOT_RUN: dict[str, str] = {
     ". .venv/bin/activate": CI_INSTALL,
     "pip install -e '.[onnx]'": CI_INSTALL,
     "pip install -e '.[test]' torch==2.13.0": CI_INSTALL,
-    "python -m pytest -q": "the whole suite: CI runs it, and it runs this test",
+    "python -m pytest -q -n 2": "the whole suite: CI runs it, and it runs this test",
     "nats-server -js -a 0.0.0.0 -p 4222 -sd /var/lib/nats": NOT_HERE,
     "pbserve --request-plane nats://nats-host:4222 --model-repository /models/a "
     "--worker-name w1": NOT_HERE,
@@ -181,7 +181,7 @@ def test_the_check_finds_commands_and_fails_on_an_unlisted_one(tmp_path):
         (18, "import numpy as np, tritonclient.http as http"), (23, "x = 1")]
     assert unlisted(commands, snippets) == ["docs/new.md:5 frobnicate --all",
                                             "docs/new.md:23 x = 1"]
-    assert "python -m pytest -q" in stale(commands, snippets)
+    assert "python -m pytest -q -n 2" in stale(commands, snippets)
 
 
 def extract_one(line: str) -> list[Command]:
