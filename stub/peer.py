@@ -7,6 +7,7 @@ queue back, the stub's bell, posted after a put that found the queue empty
 from __future__ import annotations
 
 import os
+import select
 
 import posix_ipc
 
@@ -22,6 +23,8 @@ class StubPeer:
                  instance: str) -> None:
         self.pidfd = os.pidfd_open(pid)  # first: a stub gone already fails the route
         try:
+            if select.select([self.pidfd], [], [], 0)[0]:  # ended, not yet reaped
+                raise ProcessLookupError(f"stub process {pid} has ended")
             self.requests = MessageQueue.attach(requests)
             self.answers = MessageQueue.attach(answers)
             self.bell = posix_ipc.Semaphore(bell)
@@ -29,6 +32,7 @@ class StubPeer:
             os.close(self.pidfd)
             raise
         self.instance = instance
+        self.pid = pid
 
     def send(self, message: tuple) -> None:
         """Put `message` on the stub's queue (QueueFull if it is full)."""

@@ -51,6 +51,12 @@ class LoadedModel:
         if isinstance(model, Model):
             model.cancel_direct(instance_name, key)
 
+    async def stub_ended(self, instance_name: str, pid: int) -> None:
+        """Model.stub_ended."""
+        model = self._model
+        if isinstance(model, Model):
+            await model.stub_ended(instance_name, pid)
+
     def output_labels(self, output: str) -> list[bytes] | None:
         return output_labels(self._model, output)
 

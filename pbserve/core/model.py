@@ -42,6 +42,7 @@ from pbserve.core.memory.block_refs import BlockRefs
 from stub.frontends import origin_of
 from tritonclient.grpc import model_config_pb2 as mc
 
+STUB_END_WAIT_S = 5.0  # for the zygote's word that a stub a frontend saw end has ended
 _KIND_NAME = {mc.ModelInstanceGroup.KIND_CPU: "CPU", mc.ModelInstanceGroup.KIND_GPU: "GPU",
               mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
 
@@ -345,6 +346,16 @@ class Model:
         for instance in self.instances:
             if instance.name == instance_name:
                 instance.cancel_direct(key)
+
+    async def stub_ended(self, instance_name: str, pid: int) -> None:
+        """A frontend saw stub `pid` of that instance end: returns once this process
+        has seen it too (the instance failed what it held and restarts: a request that
+        comes now waits for it), STUB_END_WAIT_S at most; at once if the instance runs
+        another stub by now."""
+        for instance in self.instances:
+            stub = instance.stub
+            if instance.name == instance_name and stub is not None and stub.pid == pid:
+                await stub.wait_exit(STUB_END_WAIT_S)
 
     def retire(self) -> None:
         """Unloading or shutting down: no instance is restarted from now on."""

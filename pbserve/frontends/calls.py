@@ -43,6 +43,15 @@ def _direct_route(core: InferenceCore, name: str, version: str, slot: int) -> An
     return route(slot) if route is not None else None
 
 
+async def _stub_ended(core: InferenceCore, name: str, version: str, instance: str,
+                      pid: int) -> None:
+    """Answered once the core has seen that stub end too (Model.stub_ended)."""
+    handle = core.model_handle(name, version)
+    ended = getattr(handle, "stub_ended", None)
+    if ended is not None:
+        await ended(instance, pid)
+
+
 async def _statistics(core: InferenceCore, name: str, version: str) -> Any:
     """The model's statistics as the in-process frontends answer them."""
     return (await statistics.model(core, name, version))["model_stats"]
@@ -68,6 +77,7 @@ METHODS: dict[str, Callable[..., Any]] = {
     "model_handle": _handle,
     "output_labels": _labels,
     "direct_route": _direct_route,
+    "stub_ended": _stub_ended,
     "repository_index": lambda core, ready_only: core.repository_index(ready_only),
     "load_model": lambda core, name, config, files: core.load_model(name, config, files),
     "unload_model": lambda core, name, dependents: core.unload_model(name, dependents),

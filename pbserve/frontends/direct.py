@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -162,17 +162,20 @@ class _Waiting:
 
 class DirectPath:
     """This frontend's routes, the stubs it reaches, and its requests in flight to them.
-    `ask(method, *args)`: a call to the core (LinkedCore._ask); `ensemble(name, version,
-    config)`: the requests of an ensemble the core lets this frontend run."""
+    `ask(method, *args)`: a call to the core (LinkedCore._ask), `ask_later`: one the
+    loop does not wait for (LinkedCore._ask_async); `ensemble(name, version, config)`:
+    the requests of an ensemble the core lets this frontend run."""
 
     def __init__(self, slot: int, pool: Pool, regions: RegionMap,
                  ask: Callable[..., Any], tell: Callable[[tuple], None],
                  ensemble: Callable[[str, str, mc.ModelConfig], Any] | None = None,
-                 answered: Callable[[DirectStub, int, tuple], None] | None = None
-                 ) -> None:
+                 answered: Callable[[DirectStub, int, tuple], None] | None = None,
+                 ask_later: Callable[..., Awaitable[Any]] | None = None) -> None:
         """`answered(stub, key, msg)`: a stub's answer to a request of this frontend the
         core scheduled (LinkedCore: its key is one of `next_key`)."""
         self._slot = slot
+        self._ask_later = ask_later
+        self._ending: set[asyncio.Task] = set()  # _fail_held's
         self._ensemble = ensemble
         self._answered = answered
         self._tell = tell
@@ -251,11 +254,36 @@ class DirectPath:
         """A stub ended (it died, or its model was unloaded): what waits for it fails, as
         the core fails what a dead stub held, and no route names it any more."""
         stub = self._stubs.pop(names)
-        asyncio.get_running_loop().remove_reader(stub.pidfd)
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(stub.pidfd)
         self._routes.clear()
         self._drain(stub)  # what it answered before it ended
-        for key, waiting in list(self._waiting.items()):
-            if waiting.stub is stub:
+        held = [(key, waiting) for key, waiting in self._waiting.items()
+                if waiting.stub is stub]
+        if not held or self._ask_later is None:
+            self._fail_all(stub, held)
+            return
+        task = loop.create_task(self._fail_held(stub, held))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    async def _fail_held(self, stub: DirectStub, held: list[tuple[int, _Waiting]]) -> None:
+        """`held` fails once the core has seen the stub end too (Model.stub_ended): a
+        client that sends again when it has its error finds the instance restarting (its
+        request waits for the new stub), as with one process, not the dead stub's route,
+        which the core would still give this frontend."""
+        _, waiting = held[0]
+        try:
+            await self._ask_later("stub_ended", waiting.model, waiting.version,
+                                  stub.instance, stub.pid)
+        except Exception:  # noqa: BLE001 - (the model is gone, the core stops): fail now
+            pass
+        finally:
+            self._fail_all(stub, held)
+
+    def _fail_all(self, stub: DirectStub, held: list[tuple[int, _Waiting]]) -> None:
+        for key, waiting in held:
+            if self._waiting.get(key) is waiting:
                 self._fail(key, waiting, (
                     f"Stub process '{stub.instance}' is not healthy: it exited while model "
                     f"'{waiting.model}' was running"))
@@ -575,6 +603,8 @@ class DirectPath:
             self._pool.free(block.region, block.offset)
 
     def close(self) -> None:
+        for task in self._ending:
+            task.cancel()
         for stub in self._stubs.values():
             try:
                 asyncio.get_running_loop().remove_reader(stub.pidfd)

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -202,6 +203,32 @@ def test_a_stub_killed_under_a_request_fails_it_and_its_successor_serves(server)
             return False
     wait_for(served_by_another, "a new stub", 30)
     assert first not in stub_pids(server.pid)
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_request_sent_once_a_killed_stubs_error_came_waits_for_its_successor(server):
+    """The frontend sees the stub end first (its pidfd); the core learns it from the
+    zygote, stopped here for a while. The error comes once the core knows, so the next
+    request finds the instance restarting and waits for it, as with one process; it
+    is not sent to the dead stub's route, which the core gave until it knew."""
+    client = server.http_client(concurrency=2)
+    first = int(client.infer("sleepy", _sleepy(0)).as_numpy("PID")[0])
+    zygote = _parent_of(first)
+    pending = client.async_infer("sleepy", _sleepy(5000))
+    time.sleep(0.5)  # the model sleeps now
+    os.kill(zygote, signal.SIGSTOP)
+    resume = threading.Timer(1.5, os.kill, (zygote, signal.SIGCONT))
+    resume.start()  # meanwhile the frontend has seen the stub end; the core cannot
+    try:
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(Exception, match="is not healthy"):
+            pending.get_result()
+        assert int(client.infer("sleepy", _sleepy(0)).as_numpy("PID")[0]) != first
+    finally:
+        resume.join()
 
 
 def test_a_client_that_leaves_cancels_the_request_in_the_model(server, tmp_path):
