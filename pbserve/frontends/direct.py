@@ -251,8 +251,9 @@ class DirectPath:
         return stub
 
     def _stub_ended(self, names: tuple) -> None:
-        """A stub ended (it died, or its model was unloaded): what waits for it fails, as
-        the core fails what a dead stub held, and no route names it any more."""
+        """A stub ended (it died, or its model was unloaded): no route names it any more,
+        and what waits for it fails, as the core fails what a dead stub held (once the
+        core has seen the end too: `_fail_held`)."""
         stub = self._stubs.pop(names)
         loop = asyncio.get_running_loop()
         loop.remove_reader(stub.pidfd)
