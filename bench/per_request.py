@@ -11,6 +11,12 @@ each per request. perf_analyzer's own CPU is not counted. Needs `perf` with trac
 (root or perf_event_paranoid <= 1).
 
     python bench/per_request.py [--rows '64B-(grpc|http)-c1|work'] [--seconds 3]
+        [--b 'pbserve --frontend-processes 2'] [--by-process]
+
+`--b CMD`: a second pbserve command in Triton's place (two frontends against one
+process: docs/performance.md, "Where two frontends' extra CPU goes"). `--by-process`: a
+line for each process of the tree that ran (the server or core, each frontend, each
+stub) besides the tree's.
 
 Throughput on a saturated 2-core machine is about 1 / (the CPU a request costs the server
 and the client): the CPU column is what the c=8 and c=16 rows trade in. Asserts nothing.
@@ -27,6 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -73,27 +80,66 @@ def perf_stat(pids: list[int], seconds: float) -> dict[str, float]:
         return counts
 
 
+EVENTS = ("task-clock", "raw_syscalls:sys_enter", "context-switches")
+
+
+def _print(label: str, name: str, rate: float | None, counts: dict[str, float],
+           n: int) -> None:
+    """A line: CPU us, system calls and context switches a request (of `n`)."""
+    shown = "" if rate is None else f"{rate:8.0f}"
+    print(f"{label:<28} {name:<16} {shown:>8} "
+          f"{counts.get('task-clock', 0) * 1000 / n:7.1f} "
+          f"{counts.get('raw_syscalls:sys_enter', 0) / n:8.2f} "
+          f"{counts.get('context-switches', 0) / n:7.2f}", flush=True)
+
+
+def perf_stat_each(pids: list[int], seconds: float) -> dict[int, dict[str, float]]:
+    """`perf_stat` of each of `pids` on its own, over the same `seconds`."""
+    with ThreadPoolExecutor(len(pids)) as pool:
+        return dict(zip(pids, pool.map(lambda pid: perf_stat([pid], seconds), pids)))
+
+
+def process_kind(pid: int, root: int) -> str:
+    """server (the core, with frontend processes), frontend, zygote or stub."""
+    if pid == root:
+        return "server"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "gone"
+    if b"pbserve.cli.frontend_process" in argv:
+        return "frontend"
+    return "zygote" if b"stub.zygote" in argv else "stub"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--perf-dir", default=str(HERE.parent.parent / "shared" / "perf"))
     ap.add_argument("--pbserve", default="pbserve", help="pbserve's command")
     ap.add_argument("--rows", default="64B|work")
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--b", default="", help="a second pbserve command, in Triton's place")
+    ap.add_argument("--by-process", action="store_true",
+                    help="a line for each process of the tree besides the tree's")
     args = ap.parse_args()
     sys.path.insert(0, args.perf_dir)
     import vs  # ../shared/perf/vs.py
 
     pa = os.path.join(os.environ.get("ANCHOR_VENV", "/tmp/anchor-venv"), "bin", "perf_analyzer")
     env = vs.anchor_env()
-    servers = {"pbserve": args.pbserve.split(), "triton": vs.TRITON_CMD}
+    servers = {"pbserve": args.pbserve.split()}
+    if args.b:
+        servers["b"] = args.b.split()
+    else:
+        servers["triton"] = vs.TRITON_CMD
     rows = [r for r in vs.ROWS if r[2] != "big" and re.search(args.rows, r[0] + " " + r[1])]
-    print(f"{'row':<28} {'server':<8} {'infer/s':>8} {'CPU us':>7} {'syscalls':>8} "
+    print(f"{'row':<28} {'server':<16} {'infer/s':>8} {'CPU us':>7} {'syscalls':>8} "
           f"{'ctx sw':>7}   (per request, server's process tree)")
     with tempfile.TemporaryDirectory(prefix="pbserve-per-request-") as tmp:
         for row in rows:
             key, label, _, proto, elems, conc, extra, model = row
             model = model or "identity_fp32"
-            for name in ("pbserve", "triton"):
+            for name in servers:
                 repo = os.path.join(args.perf_dir, "anchor_models")
                 srv = vs.Server("a", name, servers[name], repo, vs.free_ports(3), tmp,
                                 tag=f"_{key}")
@@ -110,17 +156,21 @@ def main() -> int:
                         start_new_session=True)
                     try:
                         time.sleep(2.0)
+                        pids = tree_pids(srv.pid)
                         n0 = completed(srv.http, model)
-                        counts = perf_stat(tree_pids(srv.pid), args.seconds)
+                        each = perf_stat_each(pids, args.seconds)
                         n1 = completed(srv.http, model)
                     finally:
                         load.send_signal(2)
                         load.wait(timeout=30)
                     n = max(n1 - n0, 1)
-                    print(f"{label:<28} {name:<8} {n / args.seconds:8.0f} "
-                          f"{counts.get('task-clock', 0) * 1000 / n:7.1f} "
-                          f"{counts.get('raw_syscalls:sys_enter', 0) / n:8.1f} "
-                          f"{counts.get('context-switches', 0) / n:7.2f}", flush=True)
+                    tree = {event: sum(c.get(event, 0) for c in each.values())
+                            for event in EVENTS}
+                    _print(label, name, n / args.seconds, tree, n)
+                    for pid, counts in each.items() if args.by_process else ():
+                        if counts.get("task-clock", 0) >= 1:  # ran a ms or more
+                            _print("", f"  {process_kind(pid, srv.pid)} {pid}", None,
+                                   counts, n)
                 finally:
                     srv.stop()
     return 0

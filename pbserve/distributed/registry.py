@@ -104,6 +104,10 @@ class RegistryView:
         self._ttl_s = ttl_s
         self._on_change = on_change
         self._seen: dict[str, tuple[float, Entry]] = {}  # key -> (when put, entry)
+        # key -> the newest revision applied: a watcher's update older than what `refresh`
+        # read is not applied (the bucket's revisions only grow, until it is made again:
+        # a new watcher starts them afresh)
+        self._revisions: dict[str, int] = {}
         self._pruned_at = time.monotonic()
         self._watcher = None
         self._task: asyncio.Task | None = None
@@ -111,6 +115,7 @@ class RegistryView:
     async def start(self) -> None:
         """Returns once the bucket's current entries are in the view."""
         self._watcher = await self._kv.watchall()
+        self._revisions.clear()
         while (update := await self._watcher.updates(timeout=10)) is not None:
             self._apply(update)
         self._task = asyncio.create_task(self._follow(), name="pbserve-registry")
@@ -137,6 +142,7 @@ class RegistryView:
             try:
                 if self._watcher is None:
                     self._watcher = await self._kv.watchall()
+                    self._revisions.clear()
                 update = await self._watcher.updates(timeout=60)
             except nats.errors.TimeoutError:
                 continue
@@ -151,7 +157,13 @@ class RegistryView:
             if update is not None:
                 self._apply(update)
 
-    def _apply(self, update: Any) -> None:
+    def _apply(self, update: Any, read: bool = False) -> None:
+        """A watcher's update, or what `refresh` read (`read`: the bucket's latest)."""
+        revision = getattr(update, "revision", None) or 0
+        if not read and revision < self._revisions.get(update.key, 0):
+            return  # the watcher is behind what `refresh` read (an unload's UNLOADING
+            # after its UNAVAILABLE)
+        self._revisions[update.key] = revision
         if update.operation in (KV_DEL, KV_PURGE) or not update.value:
             self._seen.pop(update.key, None)
             if self._on_change is not None:
@@ -175,6 +187,8 @@ class RegistryView:
         self._pruned_at = now
         for key in [k for k, (when, _) in self._seen.items() if when < now - GONE_KEEP_S]:
             del self._seen[key]
+        for key in [k for k in self._revisions if k not in self._seen]:
+            del self._revisions[key]
 
     async def refresh(self, model: str, workers: list[str]) -> None:
         """Read `model`'s entries of `workers` from the bucket now (not waiting for the
@@ -188,7 +202,7 @@ class RegistryView:
             except nats.errors.Error as err:
                 log.warning("registry entry '%s' not read: %s", key, err)
             else:
-                self._apply(entry)
+                self._apply(entry, read=True)
 
     @property
     def entries(self) -> list[Entry]:

@@ -1,6 +1,7 @@
 """A frontend's view of the model registry (pbserve/distributed/registry.py RegistryView)
 keeps following the bucket when its watcher fails: a new watcher replaces it, so the
-entries do not all expire with their TTL. The bucket here is a stand-in with the three
+entries do not all expire with their TTL; a watcher's update older than what the view
+read itself is not applied. The bucket here is a stand-in with the three
 calls the view makes; test_distributed.py drives the view on a real NATS server."""
 
 from __future__ import annotations
@@ -101,6 +102,27 @@ def test_instances_name_the_process_behind_a_worker_name():
     update.value = json.dumps({"model": "a", "worker": "w1", "instance": "new"}).encode()
     view._apply(update)  # started again under its name: the entry is overwritten
     assert view.instances("w1") == {"new"} and view.instances("w9") == set()
+
+
+def _revision(model: str, worker: str, state: str, revision: int) -> SimpleNamespace:
+    update = _put(model, worker)
+    update.value = json.dumps({"model": model, "worker": worker, "state": state}).encode()
+    update.revision = revision
+    return update
+
+
+def test_a_watchers_update_older_than_what_refresh_read_is_not_applied():
+    """An unload through a frontend reads the worker's entry when the worker answers
+    (`refresh`); the watcher's older UNLOADING, coming after, must not undo it."""
+    view = RegistryView(_Bucket(), ttl_s=30)  # type: ignore[arg-type]
+    view._apply(_revision("a", "w1", "READY", 4))
+    view._apply(_revision("a", "w1", "UNAVAILABLE", 6), read=True)  # refresh
+    view._apply(_revision("a", "w1", "UNLOADING", 5))  # the watcher, behind
+    assert [e["state"] for e in view.of_model("a")] == ["UNAVAILABLE"]
+    view._apply(_revision("a", "w1", "READY", 7))  # a later load
+    assert [e["state"] for e in view.of_model("a")] == ["READY"]
+    view._apply(_revision("a", "w1", "LOADING", 1), read=True)  # the bucket made again
+    assert [e["state"] for e in view.of_model("a")] == ["LOADING"]
 
 
 class _QueueWatcher:
