@@ -91,6 +91,11 @@ def stub_pids(server_pid: int) -> list[int]:
     return found
 
 
+def parent_of(pid: int) -> int:
+    """The pid of `pid`'s parent (a stub's: its server, or its stub zygote), from /proc."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def frontend_pids(server_pid: int) -> list[int]:
     """The pids of a server's frontend processes (`--frontend-processes N`), sorted."""
     return sorted(pid for pid in children(server_pid)

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pbserve.testing import RunningServer, running_nats, stub_pids
+from pbserve.testing import RunningServer, parent_of, running_nats, stub_pids
 from shm.names import sweep_dead_owners
 from stub_probe import sleeping_in_execute
 
@@ -116,13 +116,9 @@ def _sleepy_input(module, ms: int):
 def _worker_of(stub_pid: int) -> int:
     """The pid of the process that started this stub (or its stub zygote): the worker
     serving it."""
-    def parent(pid: int) -> int:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-
-    found = parent(stub_pid)
+    found = parent_of(stub_pid)
     with open(f"/proc/{found}/cmdline", "rb") as f:
-        return parent(found) if b"stub.zygote" in f.read() else found
+        return parent_of(found) if b"stub.zygote" in f.read() else found
 
 
 def test_frontend_serves_the_workers_models_from_the_registry(plane):

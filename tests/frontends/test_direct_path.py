@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from pbserve.testing import running_server, stub_pids
+from pbserve.testing import parent_of, running_server, stub_pids
 from client_inputs import send_and_hang_up
 from model_files import DOUBLE_IO, DOUBLE_MODEL
 from polling import wait_for
@@ -205,10 +205,6 @@ def test_a_stub_killed_under_a_request_fails_it_and_its_successor_serves(server)
     assert first not in stub_pids(server.pid)
 
 
-def _parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def test_a_request_sent_once_a_killed_stubs_error_came_waits_for_its_successor(server):
     """The frontend sees the stub end first (its pidfd); the core learns it from the
     zygote, stopped here for a while. The error comes once the core knows, so the next
@@ -216,7 +212,7 @@ def test_a_request_sent_once_a_killed_stubs_error_came_waits_for_its_successor(s
     is not sent to the dead stub's route, which the core gave until it knew."""
     client = server.http_client(concurrency=2)
     first = int(client.infer("sleepy", _sleepy(0)).as_numpy("PID")[0])
-    zygote = _parent_of(first)
+    zygote = parent_of(first)
     pending = client.async_infer("sleepy", _sleepy(5000))
     time.sleep(0.5)  # the model sleeps now
     os.kill(zygote, signal.SIGSTOP)

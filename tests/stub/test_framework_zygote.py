@@ -11,7 +11,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from model_files import save_graph, write
-from pbserve.testing import running_server, stub_pids
+from pbserve.testing import parent_of, running_server, stub_pids
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -66,10 +66,6 @@ def _argv(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
 
 
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def _memory_kib(pid: int) -> dict[str, int]:
     fields = {}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
@@ -105,14 +101,14 @@ def test_each_backends_stubs_come_from_a_zygote_that_imported_its_framework(serv
     srv, _ = server
     stubs = _stubs_by_model(srv.pid)
     assert set(stubs) == {"torch_a", "torch_b", "onnx_a", "python_a"}
-    zygote = {model: _parent(pid) for model, pid in stubs.items()}
+    zygote = {model: parent_of(pid) for model, pid in stubs.items()}
     assert zygote["torch_a"] == zygote["torch_b"]
     assert len({zygote["torch_a"], zygote["onnx_a"], zygote["python_a"]}) == 3
     assert _preloaded(zygote["torch_a"]) == ["torch"]
     assert _preloaded(zygote["onnx_a"]) == ["onnxruntime"]
     assert _preloaded(zygote["python_a"]) == []
     for pid in zygote.values():
-        assert _parent(pid) == srv.pid
+        assert parent_of(pid) == srv.pid
 
 
 def test_the_stubs_answer_as_plainly_started_ones(server) -> None:
@@ -182,7 +178,7 @@ def test_a_forked_onnx_stub_ends_cleanly(tmp_path) -> None:
                                       np.full(4, 2, np.float32))
         client.close()
         (stub,) = stub_pids(srv.pid)
-        assert _preloaded(_parent(stub)) == ["onnxruntime"]
+        assert _preloaded(parent_of(stub)) == ["onnxruntime"]
     text = log.read_text()
     assert "successfully unloaded 'onnx_a'" in text
     assert "terminate called" not in text and "system_error" not in text, text[-2000:]

@@ -96,11 +96,6 @@ def report(server, name: str = "probe_a") -> dict:
     return json.loads(result.as_numpy("REPORT")[0])
 
 
-def parent_of(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
 def zygotes(server_pid: int) -> list[int]:
     with open(f"/proc/{server_pid}/task/{server_pid}/children") as f:
         children = [int(p) for p in f.read().split()]
