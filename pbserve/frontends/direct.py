@@ -167,10 +167,11 @@ class DirectPath:
     the requests of an ensemble the core lets this frontend run."""
 
     def __init__(self, slot: int, pool: Pool, regions: RegionMap,
-                 ask: Callable[..., Any], tell: Callable[[tuple], None],
+                 ask: Callable[..., Any], ask_later: Callable[..., Awaitable[Any]],
+                 tell: Callable[[tuple], None],
                  ensemble: Callable[[str, str, mc.ModelConfig], Any] | None = None,
-                 answered: Callable[[DirectStub, int, tuple], None] | None = None,
-                 ask_later: Callable[..., Awaitable[Any]] | None = None) -> None:
+                 answered: Callable[[DirectStub, int, tuple], None] | None = None
+                 ) -> None:
         """`answered(stub, key, msg)`: a stub's answer to a request of this frontend the
         core scheduled (LinkedCore: its key is one of `next_key`)."""
         self._slot = slot
@@ -261,8 +262,8 @@ class DirectPath:
         self._drain(stub)  # what it answered before it ended
         held = [(key, waiting) for key, waiting in self._waiting.items()
                 if waiting.stub is stub]
-        if not held or self._ask_later is None:
-            self._fail_all(stub, held)
+        if not held:
+            stub.close()
             return
         task = loop.create_task(self._fail_held(stub, held))
         self._ending.add(task)
@@ -273,22 +274,19 @@ class DirectPath:
         client that sends again when it has its error finds the instance restarting (its
         request waits for the new stub), as with one process, not the dead stub's route,
         which the core would still give this frontend."""
-        _, waiting = held[0]
+        first = held[0][1]
         try:
-            await self._ask_later("stub_ended", waiting.model, waiting.version,
-                                  stub.instance, stub.pid)
+            await self._ask_later("stub_ended", first.model, first.version, stub.instance,
+                                  stub.pid)
         except Exception:  # noqa: BLE001 - (the model is gone, the core stops): fail now
             pass
         finally:
-            self._fail_all(stub, held)
-
-    def _fail_all(self, stub: DirectStub, held: list[tuple[int, _Waiting]]) -> None:
-        for key, waiting in held:
-            if self._waiting.get(key) is waiting:
-                self._fail(key, waiting, (
-                    f"Stub process '{stub.instance}' is not healthy: it exited while model "
-                    f"'{waiting.model}' was running"))
-        stub.close()
+            for key, waiting in held:
+                if self._waiting.get(key) is waiting:
+                    self._fail(key, waiting, (
+                        f"Stub process '{stub.instance}' is not healthy: it exited while "
+                        f"model '{waiting.model}' was running"))
+            stub.close()
 
     def _fail(self, key: int, waiting: _Waiting, error: str,
               code: ErrorCode = ErrorCode.INTERNAL) -> None:

@@ -93,8 +93,8 @@ class LinkedCore:
         self._applying_core_log = False
         self._trim: asyncio.TimerHandle | None = None
         self.shared_memory = _SharedMemory(self)
-        self.direct = DirectPath(slot, pool, self._regions, self._ask, self._channel.send,
-                                 self._ensemble, self._on_stub_answer, self._ask_async)
+        self.direct = DirectPath(slot, pool, self._regions, self._ask, self._ask_async,
+                                 self._channel.send, self._ensemble, self._on_stub_answer)
         self._handlers: dict[int, Callable[[tuple], None]] = {
             fp.RESPONSE: self._on_response, fp.INPUTS_DONE: self._on_inputs_done,
             fp.REPLY: self._on_reply, fp.FORGET_REGIONS: self._on_forget_regions,
