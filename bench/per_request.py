@@ -158,7 +158,9 @@ def main() -> int:
                         time.sleep(2.0)
                         pids = tree_pids(srv.pid)
                         n0 = completed(srv.http, model)
-                        each = perf_stat_each(pids, args.seconds)
+                        # one perf a process only where its lines are asked for
+                        each = perf_stat_each(pids, args.seconds) if args.by_process \
+                            else {srv.pid: perf_stat(pids, args.seconds)}
                         n1 = completed(srv.http, model)
                     finally:
                         load.send_signal(2)
