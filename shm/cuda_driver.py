@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import threading
 from collections.abc import Iterator
 
@@ -84,6 +85,18 @@ def driver() -> ctypes.CDLL:
             check(lib, lib.cuInit(0), "cuInit")
             _driver = lib
     return _driver
+
+
+@functools.cache
+def device_count() -> int:
+    """The CUDA devices this process sees (CUDA_VISIBLE_DEVICES honoured); 0 without a
+    driver. Asked once per process."""
+    try:
+        lib = driver()
+    except CudaError:
+        return 0
+    count = ctypes.c_int()
+    return count.value if lib.cuDeviceGetCount(ctypes.byref(count)) == 0 else 0
 
 
 @contextlib.contextmanager

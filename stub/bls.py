@@ -9,7 +9,9 @@ model may keep a BLS output for as long as it likes.
 
 GPU tensors go by CUDA IPC both ways (stub/gpu_memory.py): a GPU input is copied into
 this stub's CUDA pool, and a GPU output is viewed on the device, unless the request's
-`preferred_memory` is the CPU (then it is copied to the host here). A target that hands
+`preferred_memory` is the CPU (then it is copied to the host here); a CPU output is copied
+to the device a `preferred_memory` of the GPU names, as Triton's allocator places it there
+(BYTES stay on the host). A target that hands
 an input back as its output as it is names this stub's own block: the response views
 it, and the block stays this stub's until that view is gone too (`_CallMemory`).
 """
@@ -23,12 +25,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from backend_utils.constants import TRITONSERVER_MEMORY_CPU
+from backend_utils.constants import TRITONSERVER_MEMORY_CPU, TRITONSERVER_MEMORY_GPU
 from backend_utils.error import TritonError
 from backend_utils.request import InferenceRequest
 from backend_utils.response import InferenceResponse
 from backend_utils.response_iterator import ResponseIterator
 from backend_utils.tensor import Tensor
+from shm import cuda_driver
 from shm.cuda_region import is_cuda_token
 from shm.tensor import NUMPY_OF_DATATYPE, element_count
 from stub import protocol as p
@@ -56,14 +59,16 @@ class _Release:
 
 class _CallMemory:
     """What one BLS call holds of this stub's memory: the blocks of its pools the call's
-    inputs were copied to, and where its GPU outputs go (`cpu_outputs`: to the host, as
-    the request's preferred memory says). Each block is freed once the call has its
-    final answer (`call_done`) and no response tensor viewing it (`keep`, a target that
-    answered with the input as it was) is left."""
+    inputs were copied to, and where its outputs go, as the request's preferred memory
+    says (`cpu_outputs`: GPU ones to the host; `gpu_device`: CPU ones to that GPU). Each
+    block is freed once the call has its final answer (`call_done`) and no response
+    tensor viewing it (`keep`, a target that answered with the input as it was) is left."""
 
-    def __init__(self, memory: StubMemory, descs: list[tuple], cpu_outputs: bool) -> None:
+    def __init__(self, memory: StubMemory, descs: list[tuple], cpu_outputs: bool,
+                 gpu_device: int | None = None) -> None:
         self._memory = memory
         self.cpu_outputs = cpu_outputs
+        self.gpu_device = gpu_device
         self._refs = {(d[3], d[4]): 1 for d in descs}
         self._lock = threading.Lock()
 
@@ -117,14 +122,18 @@ class BlsClient:
                     owned.append(desc)  # else an input of ours, lent on as it came
             descs.append(desc)
         version = request.model_version()
-        memory_type = request.preferred_memory().preferred_memory_type
+        preferred = request.preferred_memory()
+        memory_type = preferred.preferred_memory_type
         args = (request.model_name(), "" if version in (-1, None) else str(version),
                 request.request_id(), request.correlation_id(), request.flags(),
                 request.parameters(), request.timeout(),
                 tuple(request.requested_output_names()), tuple(descs), decoupled,
                 CURRENT_KEYS.get(), request._trace._key if request._trace is not None else None,
                 memory_type)
-        return args, _CallMemory(memory, owned, memory_type == TRITONSERVER_MEMORY_CPU)
+        return args, _CallMemory(
+            memory, owned, memory_type == TRITONSERVER_MEMORY_CPU,
+            preferred.preferred_device_id  # as a CPU-only Triton: no GPU, stays on the host
+            if memory_type == TRITONSERVER_MEMORY_GPU and cuda_driver.device_count() else None)
 
     def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
         args, owned = self._args(request, decoupled)
@@ -217,7 +226,13 @@ class BlsClient:
                 tensors.append(self._gpu_output(desc, release, sent))
                 continue
             view = self._memory.regions.view(region, offset, nbytes)
-            if datatype == "BYTES" or datatype not in NUMPY_OF_DATATYPE:
+            if sent is not None and sent.gpu_device is not None and nbytes and \
+                    datatype in NUMPY_OF_DATATYPE and datatype != "BYTES":
+                tensor = self._memory.gpu.device_copy(name, datatype, shape, view,
+                                                      sent.gpu_device)
+                if release is not None:
+                    release.one_gone()  # copied to the device: the block is free
+            elif datatype == "BYTES" or datatype not in NUMPY_OF_DATATYPE:
                 tensor = Tensor._from_triton(name, datatype, shape, view)
                 if release is not None:
                     release.one_gone()  # parsed into Python objects: the block is free

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -157,6 +158,30 @@ class GpuMemory:
                               shape=tuple(int(d) for d in shape), strides=None)
         owner = DeviceBlock()
         return Tensor._from_dl_info(name, info, owner), owner
+
+    def device_copy(self, name: str, datatype: str, shape: Any, host: memoryview,
+                    device_id: int) -> Tensor:
+        """A GPU tensor on `device_id` holding a copy of host bytes (a CPU output for a
+        BLS caller that prefers GPU memory), in a block of this stub's pool there, freed
+        once the tensor and every DLPack view of it are gone."""
+        pool = self.pool(device_id)
+        nbytes = len(host)
+        block = pool.alloc(nbytes)
+        try:
+            pointer = pool.region(block.region).pointer + block.offset
+            source = np.frombuffer(host, np.uint8)
+            if nbytes:
+                cuda_driver.copy(device_id, pointer, source.ctypes.data, nbytes)
+        except BaseException:
+            pool.free(block.region, block.offset)
+            raise
+        code, bits = _TO_DLPACK[_code_of_name(datatype)]
+        info = _dlpack.DLInfo(data_ptr=pointer, device_type=_dlpack.DEVICE_CUDA,
+                              device_id=device_id, code=code, bits=bits, lanes=1,
+                              shape=tuple(int(d) for d in shape), strides=None)
+        owner = DeviceBlock()
+        weakref.finalize(owner, pool.free, block.region, block.offset)
+        return Tensor._from_dl_info(name, info, owner)
 
     def host_tensor(self, name: str, datatype: str, shape: Any, token: str, offset: int,
                     nbytes: int) -> Tensor:

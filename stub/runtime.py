@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from backend_utils.constants import TRITONSERVER_RESPONSE_COMPLETE_FINAL
+from backend_utils.error import TritonModelException
 from stub import protocol as p
 from stub.log_levels import LogLevels
 from stub.memory import StubMemory
@@ -56,6 +58,7 @@ class StubRuntime:
     def __init__(self, stub: StubLink, decoupled: bool, memory: StubMemory | None = None
                  ) -> None:
         self._stub = stub
+        self._pid = os.getpid()  # BLS works in this process only (_check_own_process)
         self._memory = memory
         self.decoupled = decoupled
         self._cancelled: set[int] = set()
@@ -134,11 +137,22 @@ class StubRuntime:
         return self._stub.bls_allowed()
 
     def bls_exec(self, request: "InferenceRequest", decoupled: bool):
+        self._check_own_process()
         return self._stub.bls.exec(request, decoupled)
 
     async def bls_async_exec(self, request: "InferenceRequest", decoupled: bool):
         """pbserve's addition: `async_exec` waits on the loop instead of a thread."""
+        self._check_own_process()
         return await self._stub.bls.async_exec(request, decoupled)
+
+    def _check_own_process(self) -> None:
+        """A process the model forked (a multiprocessing Pool) shares the stub's queues
+        but not the threads that read its answers: its call would wait forever. It is
+        refused at once instead, as an error response (README, "Where pbserve differs")."""
+        if os.getpid() != self._pid:
+            raise TritonModelException(
+                "BLS from a process the model forked is not supported by pbserve: call "
+                "exec() in the model's own process (threads and async_exec work)")
 
     # -- custom metrics: calls to the parent, which keeps them --------------------------
     def metric_family_new(self, family) -> None:

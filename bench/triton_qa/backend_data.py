@@ -5,6 +5,7 @@ runs them: the folder layout of tritonserver's /data/inferenceserver/<version>/.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,63 @@ def generate(common: Path, data: Path) -> list[str]:
                        capture_output=True)
         commands.append(" ".join(argv))
     return commands
+
+
+_IR_TOO_NEW = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
+_OPSET_TOO_NEW = re.compile(r"Opset (\d+) is under development.*support for domain ai.onnx is "
+                            r"till opset (\d+)", re.S)
+
+
+def fit_onnx(folder: Path) -> str:
+    """Where the onnx package that wrote the ONNX models under `folder` is newer than this
+    onnxruntime (the GPU machine's image: onnx 1.23 writes IR 14 and opset 28, its
+    onnxruntime 1.30 reads IR 13 and opset 26; gen_qa_model_repository pins a matching
+    pair), convert them to the newest opset it reads (onnx.version_converter) and lower
+    their IR version to match. What was done, for the log ("" if nothing)."""
+    models = sorted(folder.rglob("*.onnx"))
+    if not models:
+        return ""
+    ir, opset = _onnxruntime_limits(models[0])
+    if ir is None and opset is None:
+        return ""
+    for path in models:
+        _convert(path, ir, opset)
+    return f"{len(models)} ONNX models converted for this onnxruntime: " + ", ".join(
+        part for part in (f"opset {opset}" if opset else "", f"IR version {ir}" if ir else "")
+        if part)
+
+
+def _onnxruntime_limits(path: Path) -> tuple[int | None, int | None]:
+    """(newest IR version, newest opset) this onnxruntime reads, where `path`'s are newer:
+    read from its refusals, `path` converted after each."""
+    import onnxruntime
+
+    ir = opset = None
+    for _ in range(3):
+        try:
+            onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            break
+        except Exception as error:  # noqa: BLE001 - only these two refusals are handled
+            ir_found, opset_found = _IR_TOO_NEW.search(str(error)), \
+                _OPSET_TOO_NEW.search(str(error))
+            if ir_found:
+                ir = int(ir_found.group(2))
+            elif opset_found:
+                opset = int(opset_found.group(2))
+            else:
+                break
+            _convert(path, ir, opset)
+    return ir, opset
+
+
+def _convert(path: Path, ir: int | None, opset: int | None) -> None:
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(path))
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset is not None and current > opset:
+        model = version_converter.convert_version(model, opset)
+    if ir is not None and model.ir_version > ir:
+        model.ir_version = ir
+    onnx.save(model, str(path))

@@ -96,13 +96,13 @@ ENSEMBLE = Case(
     (Model("qa/python_models/ensemble", model=None),
      qa("add_sub", name="add_sub_1"), qa("add_sub", name="add_sub_2")),
     clients=(Client(("ensemble_test.py",), f"{L0}/ensemble", deselect={
-        "EnsembleTest::test_ensemble_gpu": "needs a GPU and a libtorch model"}),),
+        "EnsembleTest::test_ensemble_gpu": "GPU: run by cases_gpu's gpu_ensemble"}),),
 )
 
 BLS_ERROR = "BLS is only supported during the 'execute' function."
 BLS = (
-    Case("bls", "server", (), skip="bls, bls_async, dlpack_*: " + TORCH
-         + "; libtorch/onnx models from Triton's data sets; CUDA memory pool"),
+    Case("bls", "server", (), skip="bls, bls_async (GPU tensors, CUDA memory pool): run by "
+         "cases_gpu's gpu_bls_*"),
     Case("bls_memory", "server",
          (qa("bls_memory"), qa("bls_memory_async"), qa("add_sub"), qa("identity_fp32")),
          clients=(shm_leak("bls", "bls_memory"), shm_leak("bls", "bls_memory_async")),
@@ -130,7 +130,8 @@ DECOUPLED = Case(
      *(local("decoupled", name) for name in _DECOUPLED_LOCAL)),
     clients=(Client(("decoupled_test.py",), f"{L0}/decoupled", deselect={
         "DecoupledTest::test_decoupled_bls": "decoupled_bls calls dlpack_add_sub, which "
-                                             "moves its tensors to CUDA: needs a GPU"}),),
+                                             "moves its tensors to CUDA: run by cases_gpu's "
+                                             "gpu_decoupled_bls"}),),
     # test.sh also counts decoupled_bls's Logger lines ("Specific Msg!", ...): torch.
     log_after=("Finalize invoked", "Finalize complete..."),
     log_name=f"{L0}/decoupled/decoupled_server.log",
@@ -162,8 +163,8 @@ IO = (
     Case("io_requested_output", "server", (qa("add_sub"),), clients=(
         Client(("io_test.py::IOTest::test_requested_output_default",), f"{L0}/io"),)),
     Case("io_dlpack", "server", (), skip="test_ensemble_io, test_empty_gpu_output, "
-         "test_variable_gpu_output, test_requested_output_decoupled: dlpack_* models, "
-         + TORCH + " (and GPU tensors)"),
+         "test_variable_gpu_output, test_requested_output_decoupled (GPU tensors): run by "
+         "cases_gpu's gpu_io_*"),
 )
 
 ASYNC_EXECUTE = Case(
@@ -262,7 +263,8 @@ NOT_RUN = (
     Case("env", "server", (), skip="EXECUTION_ENV conda-pack environments (conda)"),
     Case("variants", "server", (), skip="builds python_backend's C++ stub from source"),
     Case("restart", "server", (), skip="disabled in Triton's own L0 test.sh at this tag"),
-    Case("add_sub_gpu", "server", (), skip="KIND_GPU model: needs a GPU"),
+    Case("add_sub_gpu", "server", (), skip="KIND_GPU model: run by cases_gpu's "
+         "gpu_add_sub_kind_gpu"),
 )
 
 CASES: tuple[Case, ...] = (

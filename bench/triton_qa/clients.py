@@ -11,7 +11,7 @@ from pathlib import Path
 from result import FAIL, PASS, SKIP, Result
 from spec import Client
 
-TIMEOUT_S = 180
+TIMEOUT_S = int(os.environ.get("TRITON_QA_CLIENT_TIMEOUT", "180"))  # one client's run
 
 
 def run(client: Client, case: str, cwd: Path, env: dict[str, str], log: Path) -> list[Result]:

@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cases_examples  # noqa: E402
+import cases_gpu  # noqa: E402
 import cases_l0  # noqa: E402
 import report  # noqa: E402
 from runner import run_cases  # noqa: E402
@@ -34,7 +35,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
 
-    cases = [*cases_l0.CASES, *cases_examples.CASES]
+    cases = [*cases_l0.CASES, *cases_examples.CASES, *cases_gpu.CASES]
     if args.only:
         cases = [c for c in cases if any(c.name.startswith(o) for o in args.only)]
     work = Path(tempfile.mkdtemp(prefix="triton-qa-"))

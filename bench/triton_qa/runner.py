@@ -98,12 +98,15 @@ def _serve(case: Case, server: Server, roots: dict[str, Path], folder: Path,
 
 
 def _check_log_after(case: Case, server: Server) -> list[Result]:
-    if not case.log_after:
+    if not case.log_after and not case.log_lacks:
         return []
     text = server.log_text()
     missing = [t for t in case.log_after if t not in text]
     if missing:
         return [Result(f"{case.name}:server_log", FAIL, f"log lacks {missing!r}")]
+    present = [t for t in case.log_lacks if t in text]
+    if present:
+        return [Result(f"{case.name}:server_log", FAIL, f"log has {present!r}")]
     return [Result(f"{case.name}:server_log", PASS)]
 
 

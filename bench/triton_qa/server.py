@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -33,13 +34,15 @@ def ports_free(host: str) -> bool:
 def pick_host(wait_s: float = 10.0) -> str | None:
     """127.0.0.1 when Triton's ports are free there (waiting up to `wait_s` for them), else
     another loopback address (clients that read TRITONSERVER_IPADDR follow it; a few
-    hard-code localhost), else None."""
+    hard-code localhost), else None. TRITON_QA_HOST names the one address to use (several
+    harnesses at once, each on its own: bench/gpu_run.sh)."""
+    only = os.environ.get("TRITON_QA_HOST")
     deadline = time.monotonic() + wait_s
-    while not ports_free("127.0.0.1"):
+    while not ports_free(only or "127.0.0.1"):
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    for host in ("127.0.0.1", "127.0.0.2", "127.0.0.3"):
+    for host in (only,) if only else ("127.0.0.1", "127.0.0.2", "127.0.0.3"):
         if ports_free(host):
             return host
     return None

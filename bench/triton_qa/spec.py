@@ -57,7 +57,8 @@ class Case:
 
     `load_error`: the server is expected not to become ready and its log to contain this
     text (test.sh's `run_server` failing, then `grep`). `log_after`: texts the server's
-    log must contain once it has stopped. `skip`: the reason the case is not run.
+    log must contain once it has stopped; `log_lacks`: texts it must not. `skip`: the
+    reason the case is not run.
     `setup(case_dir, repository, roots)`: what test.sh does besides copying models
     (a backend folder, generated models). `{case_dir}` in `server_args` and `server_env`
     is the case's folder.
@@ -70,6 +71,7 @@ class Case:
     server_args: tuple[str, ...] = ()
     load_error: str = ""
     log_after: tuple[str, ...] = ()
+    log_lacks: tuple[str, ...] = ()
     skip: str = ""
     server_env: dict[str, str] = field(default_factory=dict)
     repo_path: str = "models"

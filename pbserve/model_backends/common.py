@@ -76,6 +76,14 @@ def control_specs(config: dict[str, Any]) -> list[ControlSpec]:
     return specs
 
 
+def log_instance_device(args: dict[str, Any], on_gpu: bool, device_id: int) -> None:
+    """Triton's line for an instance's start, naming where it really runs (a KIND_GPU
+    instance that falls back to the CPU says CPU)."""
+    pb_utils.Logger.log_info(
+        f"TRITONBACKEND_ModelInstanceInitialize: {args.get('model_instance_name', '')} "
+        f"({'GPU' if on_gpu else 'CPU'} device {device_id if on_gpu else 0})")
+
+
 def shape_string(shape: Sequence[int]) -> str:
     """Triton's ShapeToString: [-1,3,4]."""
     return "[" + ",".join(str(int(d)) for d in shape) + "]"

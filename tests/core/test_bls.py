@@ -126,6 +126,16 @@ def test_cancelling_a_request_cancels_its_bls_child(server, tmp_path):
     server.http_client().infer("bls_chain_a", [h_in("X", x)])
 
 
+def test_bls_from_a_process_the_model_forked_is_refused_at_once_and_the_model_goes_on(server):
+    client = server.http_client()
+    x = np.arange(4, dtype=np.float32)
+    for _ in range(2):  # the refusal harms nothing: the model answers again
+        raised = client.infer("bls_in_fork", [h_in("INPUT_FP32", x)]).as_numpy("ERROR")[0]
+        assert b"BLS from a process the model forked is not supported" in raised
+    np.testing.assert_array_equal(
+        client.infer("bls_forward", [h_in("INPUT_FP32", x)]).as_numpy("OUTPUT_FP32"), x)
+
+
 def test_bls_outputs_handed_on_untouched_are_correct_and_freed(server):
     client = server.http_client()
     for size in (1, 1000, 1 << 20):

@@ -31,7 +31,12 @@ MODEL_VENV = ("makes a venv for a model not in the repository and downloads pack
 OPENAI_EXAMPLE = ("README's OpenAI example (the --openai-port, 9000, is not one this runner "
                   "moves): tests/server/openai/test_openai_frontend_processes.py runs its "
                   "command and its snippet")
+GPU_MACHINE = ("the GPU checks (docs/gpu.md): fetch wheels and Triton's checkouts here, then "
+               "run on a lent GPU machine; the device tool's runs, not CI")
 NOT_RUN: dict[str, str] = {
+    "bash bench/gpu_wheels.sh": GPU_MACHINE,
+    "bash bench/gpu_carry.sh SERVER_GIT PYTHON_BACKEND_GIT": GPU_MACHINE,
+    "bash bench/gpu_run.sh": GPU_MACHINE,
     "python3 -m venv .venv": CI_INSTALL,
     ". .venv/bin/activate": CI_INSTALL,
     "pip install -e '.[onnx]'": CI_INSTALL,

@@ -20,7 +20,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from pbserve.model_backends import missing_package_message
 from pbserve.model_backends.common import (
-    Batcher, compare_dims, control_specs, int_parameter, shape_string, tensor_specs)
+    Batcher, compare_dims, control_specs, int_parameter, log_instance_device, shape_string,
+    tensor_specs)
 from pbserve.model_backends.implicit_state import state_specs
 
 try:
@@ -126,6 +127,8 @@ class TritonPythonModel:
         self.name = args["model_name"]
         self.session = ort.InferenceSession(_model_file(self.config), self._options(),
                                             providers=self._providers(args))
+        log_instance_device(args, "CUDAExecutionProvider" in self.session.get_providers(),
+                            int(args.get("model_instance_device_id") or 0))
         self._validate()
         states = state_specs(self.config)
         self.strings = {i.name for i in tensor_specs(self.config, "input")

@@ -22,7 +22,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from pbserve.model_backends import missing_package_message
 from pbserve.model_backends.common import (
-    Batcher, bool_parameter, control_specs, tensor_specs)
+    Batcher, bool_parameter, control_specs, log_instance_device, tensor_specs)
 from pbserve.model_backends.implicit_state import state_specs
 
 try:
@@ -62,6 +62,7 @@ class TritonPythonModel:
                             self.config.get("default_model_filename") or "model.pt")
         self.module = torch.jit.load(path, map_location=self.device)
         self.module.eval()
+        log_instance_device(args, self.device.type == "cuda", self.device.index or 0)
         self.optimized = not bool_parameter(self.config, "DISABLE_OPTIMIZED_EXECUTION", False)
         self.inference_mode = bool_parameter(self.config, "INFERENCE_MODE", True)
         self.inputs = tensor_specs(self.config, "input")

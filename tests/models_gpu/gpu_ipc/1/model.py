@@ -1,7 +1,9 @@
 """IN + 1 on the GPU (cupy, or torch with the request parameter framework=torch), sent to
 gpu_pass by BLS with the preferred memory the parameter `memory` names (GPU, CPU, or
 none), and checked on the device against what came back. OUT is the BLS output as it
-came; OUT_ON_GPU says where it came; CALLEE_SAW_GPU where gpu_pass saw its input."""
+came; OUT_ON_GPU says where it came; CALLEE_SAW_GPU where gpu_pass saw its input. gpu_pass's
+ON_GPU, made on the CPU, must come on the GPU with preferred memory GPU (as Triton's
+allocator places every output there), else on the CPU."""
 
 import json
 
@@ -33,7 +35,12 @@ class TritonPythonModel:
             if answer.has_error():
                 raise pb_utils.TritonModelException(answer.error().message())
             out = pb_utils.get_output_tensor_by_name(answer, "OUT")
-            saw = pb_utils.get_output_tensor_by_name(answer, "ON_GPU").as_numpy()
+            saw = pb_utils.get_output_tensor_by_name(answer, "ON_GPU")  # made on the CPU
+            if saw.is_cpu() == (params.get("memory") == "GPU"):  # as Triton's allocator
+                raise pb_utils.TritonModelException(
+                    f"a CPU output arrived {'on the CPU' if saw.is_cpu() else 'on the GPU'} "
+                    f"with preferred memory {params.get('memory')}")
+            saw = saw.as_numpy() if saw.is_cpu() else _to_host(saw, params.get("framework"))
             if not out.is_cpu():  # compare on the device, in the model's framework
                 if params.get("framework") == "torch":
                     import torch
@@ -48,3 +55,12 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUT_ON_GPU", np.array([not out.is_cpu()])),
                 pb_utils.Tensor("CALLEE_SAW_GPU", saw.copy())]))
         return responses
+
+
+def _to_host(tensor, framework):
+    """A GPU tensor's values on the host, through the model's framework."""
+    if framework == "torch":
+        import torch
+        return torch.from_dlpack(tensor.to_dlpack()).cpu().numpy()
+    import cupy
+    return cupy.asnumpy(cupy.from_dlpack(tensor.to_dlpack()))
