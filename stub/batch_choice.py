@@ -39,7 +39,7 @@ def choose_batch(items: Iterable[tuple[int, float, Hashable]], preferred: frozen
             best = count
     if not count:
         return 0, 0.0
-    exceeded = delay_s > 0 and now - oldest >= delay_s
+    exceeded = delay_s > 0 and now >= oldest + delay_s  # the deadline returned below
     if best and not exceeded:
         return best, 0.0
     if saturated or size >= max_preferred or exceeded or delay_s <= 0:

@@ -32,6 +32,16 @@ def test_the_settings_come_from_the_config_as_initialize_gets_it():
     assert not batcher.waiting
 
 
+def test_a_request_goes_at_the_deadline_the_batcher_gave_whatever_the_clock_reads():
+    # 1.1 + 0.001 - 1.1 < 0.001 in floating point: the wake-up at the deadline must send
+    batcher = _batcher(max_queue_delay_microseconds="1000")
+    batcher.add(1, 0, (), 1, 0)
+    batcher._queue[0].queued_s = 1.1
+    batch, wait = batcher.next_batch(1.1)
+    assert batch == []
+    assert [q.key for q in batcher.next_batch(1.1 + wait)[0]] == [0]
+
+
 def test_a_model_without_a_dynamic_batcher_runs_each_request_alone():
     batcher = StubBatcher.of({"max_batch_size": 8})
     batcher.add(1, 1, (), 1, 0)
