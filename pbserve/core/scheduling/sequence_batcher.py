@@ -429,7 +429,7 @@ class SequenceBatcher:
         if self._delay_s > 0 and self._utilization > 0 \
                 and len(candidates) / self._max_batch < self._utilization:
             oldest = min(e.queued_s for e in candidates)
-            if now - oldest < self._delay_s:
+            if now < oldest + self._delay_s:  # as the deadline armed below
                 self._arm(oldest + self._delay_s)
                 return None
         return candidates
