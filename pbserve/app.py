@@ -115,7 +115,7 @@ async def serve(options: ServerOptions) -> int:
         print(f"error: creating server: {exc.code.text} - {exc.message}", file=sys.stderr)
         return 1
     try:  # the ports, held from here on (server/endpoints.py)
-        endpoints = Endpoints.bind(options.frontends, shared=options.frontend_processes > 1)
+        endpoints = Endpoints.bind(options.frontends)
     except BindError as exc:
         log.error("%s", exc)
         return 1

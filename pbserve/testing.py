@@ -17,6 +17,7 @@ import random
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -100,6 +101,21 @@ def frontend_pids(server_pid: int) -> list[int]:
     """The pids of a server's frontend processes (`--frontend-processes N`), sorted."""
     return sorted(pid for pid in children(server_pid)
                   if b"pbserve.cli.frontend_process" in _command_line(pid))
+
+
+def frontend_connection_counts(server_pid: int) -> list[int]:
+    """The connections each frontend slot counts (pbserve/frontends/connection_counts.py,
+    read through the server's memfd; UNAVAILABLE for a slot not serving); [] if none."""
+    for fd in os.listdir(f"/proc/{server_pid}/fd"):
+        try:
+            if "pbserve-frontend-connections" not in os.readlink(f"/proc/{server_pid}/fd/{fd}"):
+                continue
+            with open(f"/proc/{server_pid}/fd/{fd}", "rb") as memfd:
+                data = memfd.read()
+        except OSError:
+            continue
+        return list(struct.unpack(f"{len(data) // 8}q", data))
+    return []
 
 
 def _command_line(pid: int) -> bytes:

@@ -2,10 +2,11 @@
 (pbserve/frontends/processes.py starts it):
 
     python -m pbserve.cli.frontend_process --channel SPEC --index I --parent-pid P \
-        --listen L -- ARGS
+        --listen L --connections FD -- ARGS
 
 ARGS is the server's own command line, parsed here the same way (logging, tracing, the
-HTTP and gRPC options); L names the inherited listening sockets (`http=FD:FD;grpc=FD`).
+HTTP and gRPC options); L names the inherited listening sockets (`http=FD:FD;grpc=FD`),
+FD the frontends' connection counts (frontends/connection_counts.py).
 It serves HTTP and gRPC on them with a LinkedCore (frontends/linked_core.py) until
 SIGTERM (the core's; SIGINT is left to the core), then stops as a server does
 (shutdown.py), or dies with the core.
@@ -25,6 +26,7 @@ from pbserve.cli.settings import configure_logging, server_options
 from pbserve.cli.trace_flags import configure_tracing
 from pbserve.exit_signals import ShutdownSignals
 from pbserve.frontends.channel import ChannelSpec, FrontendEnd
+from pbserve.frontends.connection_counts import ConnectionCounts, SlotGate
 from pbserve.frontends.linked_core import LinkedCore
 from pbserve.options import ServerOptions
 from pbserve.server.endpoints import Endpoints
@@ -37,10 +39,9 @@ from stub.parent_death import die_with_parent
 log = logging.getLogger("pbserve")
 
 
-def _listeners(text: str, options: ServerOptions) -> Endpoints:
-    """The core's sockets (inherited; what reaches them is taken by whichever frontend
-    is first) and this process's own on the same addresses (SO_REUSEPORT: the kernel
-    spreads new connections over every frontend's)."""
+def _listeners(text: str, options: ServerOptions, gate: SlotGate) -> Endpoints:
+    """The core's sockets, inherited: every frontend accepts on them, through `gate`
+    (server/gated_accept.py)."""
     endpoints = Endpoints()
     for item in filter(None, text.split(";")):
         name, fds = item.split("=", 1)
@@ -48,14 +49,13 @@ def _listeners(text: str, options: ServerOptions) -> Endpoints:
         sockets = [socket.socket(fileno=int(fd)) for fd in fds.split(":")]
         for sock in sockets:
             sock.setblocking(False)
-        shared = Listener(name.upper(), endpoint.address, endpoint.port, sockets)
-        own = Listener.bind(name.upper(), endpoint.address, shared.port, reuse_port=True,
-                            joining=True)
-        setattr(endpoints, name, shared.joined(own))
+        listener = Listener(name.upper(), endpoint.address, endpoint.port, sockets)
+        listener.gate = gate
+        setattr(endpoints, name, listener)
     return endpoints
 
 
-async def _serve(spec: ChannelSpec, index: int, endpoints: Endpoints,
+async def _serve(spec: ChannelSpec, index: int, endpoints: Endpoints, gate: SlotGate,
                  options: ServerOptions) -> int:
     sizes = options.config_sources.shm_sizes
     core = LinkedCore(FrontendEnd.attach(spec), Pool(spec.prefix + "-p", sizes.default,
@@ -70,9 +70,11 @@ async def _serve(spec: ChannelSpec, index: int, endpoints: Endpoints,
     servers: list[Frontend] = []
     try:
         await start_servers(core, options.frontends, servers, endpoints)
+        gate.serving()
         core.serving()
         await signals.received.wait()
     finally:
+        gate.stopped()  # the others take the new connections while this one drains
         await shut_down(servers, None, options.exit_timeout_s)
         signals.cancel()
         core.close()
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--listen", default="")
+    parser.add_argument("--connections", type=int, required=True)
     parser.add_argument("server_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(flags)
     configure_tracing(flags)
     options = server_options(flags)
-    endpoints = _listeners(args.listen, options)
+    gate = ConnectionCounts.attach(args.connections).gate(args.index)
+    endpoints = _listeners(args.listen, options, gate)
     try:
         import uvloop
         loop = uvloop.new_event_loop()
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.set_event_loop(loop)
     try:
         return loop.run_until_complete(
-            _serve(ChannelSpec.parse(args.channel), args.index, endpoints, options))
+            _serve(ChannelSpec.parse(args.channel), args.index, endpoints, gate, options))
     finally:
         endpoints.close()
         loop.close()

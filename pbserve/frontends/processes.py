@@ -3,10 +3,11 @@ dies, and stopped with the server.
 
 Each is `python -m pbserve.cli.frontend_process` with the server's own command line (so
 it parses the same flags), its channel (channel.py), and the HTTP and gRPC listening
-sockets the core bound before the models loaded (server/endpoints.py), with SO_REUSEPORT:
-each frontend accepts on those and on its own sockets of the same addresses, and the
-kernel spreads new connections over all of them. The server is ready once every frontend
-serves. The core keeps the metrics endpoint. A frontend dies with the core
+sockets the core bound before the models loaded (server/endpoints.py): each frontend
+accepts on those, one connection at a time and only while it holds no more than any
+other (server/gated_accept.py, connection_counts.py), so that connections are spread
+evenly, a client's two too. The server is ready once every frontend serves. The core
+keeps the metrics endpoint. A frontend dies with the core
 (PR_SET_PDEATHSIG, stub/parent_death.py); one that dies alone is started again after
 RESTART_DELAY_S, its requests cancelled in the models (link.py); the others serve on.
 """
@@ -33,10 +34,6 @@ log = logging.getLogger("pbserve.frontends")
 
 RESTART_DELAY_S = 0.5
 STARTED_TIMEOUT_S = 60.0
-# libuv (uvloop's) accepts one connection per wake-up and yields, so that the processes
-# sharing a listening socket take turns: else the first awake takes a whole burst (all
-# eight of a client's connections at once), and the other frontends idle.
-FRONTEND_ENV = {"UV_TCP_SINGLE_ACCEPT": "1"}
 
 
 class FrontendProcess:
@@ -127,7 +124,7 @@ class FrontendProcesses:
     def _start(self, index: int) -> None:
         channel = CoreEnd.create(self._slots.bells[index])
         link = self._make_link(f"frontend-{index}", channel, self._calls)
-        fds = list(channel.pass_fds())
+        fds = [*channel.pass_fds(), self._slots.connections.fd]
         listen = []
         for name, sockets in self._sockets.items():
             fds += sockets
@@ -135,10 +132,10 @@ class FrontendProcesses:
         args = [sys.executable, "-m", "pbserve.cli.frontend_process", "--channel",
                 channel.spec().as_arg(), "--index", str(index),
                 "--parent-pid", str(os.getpid()), "--listen", ";".join(listen),
+                "--connections", str(self._slots.connections.fd),
                 "--", *self._argv]
         try:
-            proc = subprocess.Popen(args, pass_fds=fds, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **FRONTEND_ENV})
+            proc = subprocess.Popen(args, pass_fds=fds, stdin=subprocess.DEVNULL)
         except BaseException:
             channel.close()
             raise
@@ -170,6 +167,7 @@ class FrontendProcesses:
         if process.retired:
             return
         process.retired = True
+        self._slots.connections.set_unavailable(process.index)  # the others take them
         self.on_link(process.link, None)
         if not self._stopping:
             self.on_slot_gone(process.index)

@@ -20,18 +20,16 @@ class Endpoints:
     openai: Listener | None = None  # --openai-port: served by the core's process alone
 
     @classmethod
-    def bind(cls, options: FrontendOptions, shared: bool = False) -> Endpoints:
+    def bind(cls, options: FrontendOptions) -> Endpoints:
         """Bind each endpoint's address; BindError for the first that cannot be, with
-        those bound before it closed. `shared`: HTTP and gRPC are served by frontend
-        processes, which bind the same addresses too (SO_REUSEPORT)."""
+        those bound before it closed."""
         endpoints = cls()
         try:
             for name, endpoint in (("GRPC", options.grpc), ("HTTP", options.http),
                                    ("Metrics", options.metrics)):
                 if endpoint.enabled:
                     setattr(endpoints, name.lower(), Listener.bind(
-                        name, endpoint.address, endpoint.port,
-                        reuse_port=shared and name != "Metrics"))
+                        name, endpoint.address, endpoint.port))
             if options.openai is not None:
                 endpoints.openai = Listener.bind("OpenAI", options.openai.address,
                                                  options.openai.port)

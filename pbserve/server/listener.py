@@ -20,6 +20,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from pbserve.server.gated_accept import AcceptGate, GatedServer
+
 BACKLOG = 1024
 
 
@@ -39,13 +41,13 @@ class Servers:
     """The asyncio servers of one endpoint (one per socket: `localhost` may be two
     addresses); what HttpServer and H2GrpcServer use of an asyncio server."""
 
-    def __init__(self, servers: list[asyncio.AbstractServer]) -> None:
+    def __init__(self, servers: list[asyncio.AbstractServer | GatedServer]) -> None:
         self._servers = servers
 
     def __len__(self) -> int:
         return len(self._servers)
 
-    def add(self, server: asyncio.AbstractServer) -> None:
+    def add(self, server: asyncio.AbstractServer | GatedServer) -> None:
         self._servers.append(server)
 
     @property
@@ -70,33 +72,21 @@ class Listener:
         self.service, self.host = service, host
         self.port = sockets[0].getsockname()[1] if sockets else port  # port 0: the one bound
         self._sockets = sockets
+        self.gate: AcceptGate | None = None  # set where processes share the sockets
 
     @classmethod
-    def bind(cls, service: str, host: str, port: int, backlog: int = BACKLOG,
-             reuse_port: bool = False, joining: bool = False) -> Listener:
+    def bind(cls, service: str, host: str, port: int, backlog: int = BACKLOG) -> Listener:
         """Bind and listen on every address `host` names, as asyncio's create_server
-        would; BindError (the sockets bound so far closed) when one cannot be.
-        `reuse_port`: SO_REUSEPORT, so that frontend processes (of this user) bind the
-        same address, and the kernel spreads new connections over their sockets; the
-        address must be free first (another server of this user with SO_REUSEPORT would
-        otherwise share it silently), unless `joining` (a frontend process joins its
-        core's sockets)."""
+        would; BindError (the sockets bound so far closed) when one cannot be. Frontend
+        processes accept on these same sockets, inherited (pbserve/frontends/)."""
         sockets: list[socket.socket] = []
         try:
             infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
             for family, kind, proto, _, address in dict.fromkeys(infos):
-                if reuse_port and not joining:  # in use by anyone: EADDRINUSE
-                    with socket.socket(family, kind, proto) as probe:
-                        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                        if family == socket.AF_INET6:
-                            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                        probe.bind(address)
                 sock = socket.socket(family, kind, proto)
                 sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if reuse_port:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.bind(address)
@@ -111,12 +101,16 @@ class Listener:
     async def serve(self, factory: Callable[[], asyncio.BaseProtocol],
                     **options: Any) -> Servers:
         """Accept connections on the sockets, each served by `factory()`; `options`:
-        create_server's (ssl, ssl_handshake_timeout)."""
+        create_server's (ssl, ssl_handshake_timeout). With a `gate` (frontend processes
+        sharing the sockets), one connection at a time while it allows (gated_accept.py)."""
         loop = asyncio.get_running_loop()
         servers = Servers([])
         sockets, self._sockets = self._sockets, []
         try:
             for sock in sockets:
+                if self.gate is not None:
+                    servers.add(GatedServer(sock, factory, self.gate, **options))
+                    continue
                 servers.add(await loop.create_server(factory, sock=sock, backlog=BACKLOG,
                                                      **options))
         except BaseException:
@@ -125,11 +119,6 @@ class Listener:
                 sock.close()
             raise
         return servers
-
-    def joined(self, other: Listener) -> Listener:
-        """One Listener serving this one's sockets and `other`'s."""
-        sockets, self._sockets = self._sockets, []
-        return Listener(self.service, self.host, self.port, sockets + other._sockets)
 
     def fds(self) -> list[int]:
         """The sockets' descriptors, for processes that accept on them too (frontend

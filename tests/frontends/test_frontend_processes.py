@@ -17,7 +17,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from pbserve.testing import frontend_pids, running_server
+from pbserve.testing import frontend_connection_counts, frontend_pids, running_server
+from polling import wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "models" / "examples"
 
@@ -185,8 +186,57 @@ def test_a_killed_frontend_is_restarted_and_the_other_serves_on(server):
     assert server.http_client().is_server_ready()
 
 
+def connections_by_frontend(server, port: int) -> list[int]:
+    """The established TCP connections to `port` each frontend process holds, sorted
+    (/proc/net/tcp* for the sockets, /proc/<pid>/fd for their owners)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    held = []
+    for pid in frontend_pids(server.pid):
+        owned = 0
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            owned += target.startswith("socket:[") and target[8:-1] in inodes
+        held.append(owned)
+    return sorted(held)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_connections_are_spread_evenly_over_the_frontends_a_clients_two_too(server, protocol):
+    """perf_analyzer opens two gRPC connections at concurrency 8: hashed by SO_REUSEPORT
+    they met on one frontend in 2 of 5 starts; each frontend now takes one."""
+    import socket
+
+    port = server.http_port if protocol == "http" else server.grpc_port
+    # earlier tests' connections are closed and counted out, both frontends serve
+    wait_for(lambda: frontend_connection_counts(server.pid) == [0, 0],
+             "no connection counted, both frontends serving")
+    opened: list[socket.socket] = []
+    try:
+        for count in range(1, 7):
+            opened.append(socket.create_connection(("127.0.0.1", port)))
+            wait_for(lambda: sum(connections_by_frontend(server, port)) == count,
+                     f"connection {count} to be accepted")
+            if count in (2, 6):
+                assert connections_by_frontend(server, port) == [count // 2] * 2
+                assert frontend_connection_counts(server.pid) == [count // 2] * 2
+    finally:
+        for sock in opened:
+            sock.close()
+    wait_for(lambda: connections_by_frontend(server, port) == [0, 0],
+             "the frontends to see the connections closed")
+    assert server.http_client().is_server_live()
+
+
 def test_a_second_server_on_the_same_port_is_refused_as_without_frontends(server):
-    """SO_REUSEPORT lets the frontends share the core's port: not another server."""
+    """The frontends share the core's sockets: no other server takes the port."""
     import subprocess
     import sys
 
