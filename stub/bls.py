@@ -11,9 +11,9 @@ GPU tensors go by CUDA IPC both ways (stub/gpu_memory.py): a GPU input is copied
 this stub's CUDA pool, and a GPU output is viewed on the device, unless the request's
 `preferred_memory` is the CPU (then it is copied to the host here); a CPU output is copied
 to the device a `preferred_memory` of the GPU names, as Triton's allocator places it there
-(BYTES stay on the host). A target that hands
-an input back as its output as it is names this stub's own block: the response views
-it, and the block stays this stub's until that view is gone too (`_CallMemory`).
+(BYTES stay on the host). A target that hands an input back as its output as it is names
+this stub's own block: the response views it, and the block stays this stub's until that
+view is gone too (`_CallMemory`).
 """
 
 from __future__ import annotations

@@ -152,12 +152,8 @@ class GpuMemory:
         """A GPU tensor over a block of shared device memory (no copy), and its owner:
         the tensor and every DLPack view of it keep the owner alive."""
         device, pointer = self.pointer(token, offset, nbytes)
-        code, bits = _TO_DLPACK[_code_of_name(datatype)]
-        info = _dlpack.DLInfo(data_ptr=pointer, device_type=_dlpack.DEVICE_CUDA,
-                              device_id=device, code=code, bits=bits, lanes=1,
-                              shape=tuple(int(d) for d in shape), strides=None)
         owner = DeviceBlock()
-        return Tensor._from_dl_info(name, info, owner), owner
+        return _tensor_over(name, datatype, shape, device, pointer, owner), owner
 
     def device_copy(self, name: str, datatype: str, shape: Any, host: memoryview,
                     device_id: int) -> Tensor:
@@ -165,23 +161,17 @@ class GpuMemory:
         BLS caller that prefers GPU memory), in a block of this stub's pool there, freed
         once the tensor and every DLPack view of it are gone."""
         pool = self.pool(device_id)
-        nbytes = len(host)
-        block = pool.alloc(nbytes)
+        block = pool.alloc(len(host))
         try:
             pointer = pool.region(block.region).pointer + block.offset
             source = np.frombuffer(host, np.uint8)
-            if nbytes:
-                cuda_driver.copy(device_id, pointer, source.ctypes.data, nbytes)
+            cuda_driver.copy(device_id, pointer, source.ctypes.data, source.nbytes)
         except BaseException:
             pool.free(block.region, block.offset)
             raise
-        code, bits = _TO_DLPACK[_code_of_name(datatype)]
-        info = _dlpack.DLInfo(data_ptr=pointer, device_type=_dlpack.DEVICE_CUDA,
-                              device_id=device_id, code=code, bits=bits, lanes=1,
-                              shape=tuple(int(d) for d in shape), strides=None)
         owner = DeviceBlock()
         weakref.finalize(owner, pool.free, block.region, block.offset)
-        return Tensor._from_dl_info(name, info, owner)
+        return _tensor_over(name, datatype, shape, device_id, pointer, owner)
 
     def host_tensor(self, name: str, datatype: str, shape: Any, token: str, offset: int,
                     nbytes: int) -> Tensor:
@@ -202,3 +192,13 @@ class GpuMemory:
             source, nbytes = host.ctypes.data, host.nbytes
         device, target = self._regions.cuda.pointer(token, offset, nbytes)
         cuda_driver.copy(device, target, source, nbytes)
+
+
+def _tensor_over(name: str, datatype: str, shape: Any, device: int, pointer: int,
+                 owner: DeviceBlock) -> Tensor:
+    """A GPU tensor over device memory at `pointer`, alive as long as `owner` is."""
+    code, bits = _TO_DLPACK[_code_of_name(datatype)]
+    info = _dlpack.DLInfo(data_ptr=pointer, device_type=_dlpack.DEVICE_CUDA,
+                          device_id=device, code=code, bits=bits, lanes=1,
+                          shape=tuple(int(d) for d in shape), strides=None)
+    return Tensor._from_dl_info(name, info, owner)
