@@ -8,7 +8,9 @@ process about half the time. Here each process asks its gate before each `accept
 gate says yes while this process holds no more connections than any other serving one.
 A process the gate holds back stops watching the socket and asks again after
 RECHECK_S, so it neither spins on a readable socket nor misses one: the others, still
-watching, take the connection meanwhile.
+watching, take the connection meanwhile. If none does for HELD_S (the one the gate
+favours is stuck), it takes the connection anyway: a stuck frontend delays new
+connections by that much, it does not keep them out.
 
 Ordering: the gate counts a connection as opened at `accept`, before its protocol
 exists, and as closed once: when its protocol's `connection_lost` runs, or when setting
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import socket
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -26,6 +29,7 @@ from typing import Any, Protocol
 log = logging.getLogger("pbserve.server")
 
 RECHECK_S = 0.02  # how soon a process held back asks its gate again
+HELD_S = 0.1  # a connection none of the favoured processes took in this time is taken
 
 
 class AcceptGate(Protocol):
@@ -53,6 +57,7 @@ class GatedServer:
         self._options = options
         self._tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
         self._recheck: asyncio.TimerHandle | None = None
+        self._held_since: float | None = None  # held back while a connection waits
         self._setups: set[asyncio.Task] = set()
         self._closed = False
         self._loop.add_reader(sock.fileno(), self._readable)
@@ -63,9 +68,14 @@ class GatedServer:
 
     def _readable(self) -> None:
         if not self._gate.may_accept():
-            self._loop.remove_reader(self._sock.fileno())
-            self._recheck = self._loop.call_later(RECHECK_S, self._watch)
-            return
+            now = self._loop.time()
+            if self._held_since is None:
+                self._held_since = now
+            if now - self._held_since < HELD_S:
+                self._loop.remove_reader(self._sock.fileno())
+                self._recheck = self._loop.call_later(RECHECK_S, self._watch)
+                return
+        self._held_since = None
         try:
             conn, _ = self._sock.accept()
         except (BlockingIOError, InterruptedError):
@@ -85,8 +95,11 @@ class GatedServer:
 
     def _watch(self) -> None:
         self._recheck = None
-        if not self._closed:
-            self._loop.add_reader(self._sock.fileno(), self._readable)
+        if self._closed:
+            return
+        if not select.select([self._sock], [], [], 0)[0]:
+            self._held_since = None  # another process took what waited
+        self._loop.add_reader(self._sock.fileno(), self._readable)
 
     async def _set_up(self, conn: socket.socket) -> None:
         released = False
