@@ -88,11 +88,14 @@ def https_exchange(port: int, context: ssl.SSLContext) -> bytes:
     return received
 
 
-@pytest.fixture(scope="module")
-def server(certs):
+@pytest.fixture(scope="module", params=[1, 2], ids=["in-process", "2-frontend-processes"])
+def server(request, certs):
+    """With frontend processes the handshakes happen in them, behind their shared accept
+    loop (server/gated_accept.py)."""
+    frontends = ["--frontend-processes", "2"] if request.param > 1 else []
     with running_server(EXAMPLES, args=[
             "--model-control-mode", "explicit", "--load-model", "identity",
-            "--http-header-timeout-secs", "1",
+            "--http-header-timeout-secs", "1", *frontends,
             *tls_flags(certs, "http", False), *tls_flags(certs, "grpc", False)],
             ready_ssl=client_context(certs)) as srv:
         yield srv
