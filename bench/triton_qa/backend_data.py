@@ -33,16 +33,19 @@ ONNX_ONLY = (
 
 def generate(common: Path, data: Path) -> list[str]:
     """Run the generators in `common` (a copy of qa/common) into `data`; the commands run."""
-    commands = []
-    env = dict(os.environ, PYTHONPATH=str(common))
     jobs = [(g, ("--onnx", *f), r) for g, f, r in GENERATED + ONNX_ONLY]
     jobs += [(g, ("--libtorch", *f), r) for g, f, r in GENERATED]
-    for generator, flags, repo in jobs:
-        argv = [generator, *flags, f"--models_dir={data / repo}"]
-        subprocess.run([sys.executable, *argv], cwd=common, env=env, check=True,
-                       capture_output=True)
-        commands.append(" ".join(argv))
-    return commands
+    return [run_generator(common, generator, flags, data / repo)
+            for generator, flags, repo in jobs]
+
+
+def run_generator(common: Path, generator: str, flags: tuple[str, ...], into: Path) -> str:
+    """One of qa/common's generators, run in `common` (a copy of it) into `into`; the
+    command, for the log."""
+    argv = [generator, *flags, f"--models_dir={into}"]
+    subprocess.run([sys.executable, *argv], cwd=common, check=True, capture_output=True,
+                   env=dict(os.environ, PYTHONPATH=str(common)))
+    return " ".join(argv)
 
 
 _IR_TOO_NEW = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")

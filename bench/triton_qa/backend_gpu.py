@@ -19,7 +19,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,12 +59,8 @@ def header() -> str:
 
 def generate(common: Path, data: Path) -> list[str]:
     """gen_qa_models.py --onnx and --libtorch in `common` (a copy of qa/common)."""
-    commands = []
-    for flag in ("--onnx", "--libtorch"):
-        argv = ["gen_qa_models.py", flag, f"--models_dir={data}"]
-        subprocess.run([sys.executable, *argv], cwd=common, check=True, capture_output=True,
-                       env=dict(os.environ, PYTHONPATH=str(common)))
-        commands.append(" ".join(argv))
+    commands = [backend_data.run_generator(common, "gen_qa_models.py", (flag,), data)
+                for flag in ("--onnx", "--libtorch")]
     lowered = backend_data.fit_onnx(data)
     return commands + ([lowered] if lowered else [])
 

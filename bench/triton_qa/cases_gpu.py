@@ -17,32 +17,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from backend_data import fit_onnx
+from backend_data import fit_onnx, run_generator
 from cases_l0 import L0, local, qa, shm_leak
 from repository import renamed
 from spec import Case, Client, Model
+
+from pbserve.core.config.gpus import visible_gpus
 
 SHIM = Path(__file__).resolve().parent / "shim"
 GPU_ENV = {"TEST_JETSON": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, (str(SHIM), os.environ.get("PYTHONPATH"))))}
 NO_GPU = "needs a CUDA GPU (bash bench/gpu_run.sh on a lent GPU machine)"
-
-
-def _has_gpu() -> bool:
-    """A CUDA device the driver sees (nvidia-smi -L lists one)."""
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                                timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return listed.returncode == 0 and "GPU" in listed.stdout
-
-
-SKIP = "" if _has_gpu() else NO_GPU
+SKIP = "" if visible_gpus() else NO_GPU  # as pbserve sees GPUs: KIND_GPU loads then
 
 
 def _generated(roots: dict[str, Path], repository: str, model: str) -> Path:
@@ -57,9 +46,7 @@ def _generated(roots: dict[str, Path], repository: str, model: str) -> Path:
                 "qa_sequence_implicit_model_repository": [
                     ("gen_qa_implicit_models.py", "--onnx")]}[repository]
         for generator, flag in runs:
-            subprocess.run([sys.executable, generator, flag, f"--models_dir={data / repository}"],
-                           cwd=common, env={**os.environ, "PYTHONPATH": str(common)},
-                           check=True, capture_output=True)
+            run_generator(common, generator, (flag,), data / repository)
         lowered = fit_onnx(data / repository)
         if lowered:
             print(f"    {repository}: {lowered}", file=sys.stderr, flush=True)
