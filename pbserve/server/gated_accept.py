@@ -72,8 +72,7 @@ class GatedServer:
             if self._held_since is None:
                 self._held_since = now
             if now - self._held_since < HELD_S:
-                self._loop.remove_reader(self._sock.fileno())
-                self._recheck = self._loop.call_later(RECHECK_S, self._watch)
+                self._pause(RECHECK_S)
                 return
         self._held_since = None
         try:
@@ -82,8 +81,7 @@ class GatedServer:
             return  # another process took it
         except OSError as exc:  # out of descriptors, say: wait, as asyncio's servers do
             log.warning("accepting a connection failed: %s", exc)
-            self._loop.remove_reader(self._sock.fileno())
-            self._recheck = self._loop.call_later(1.0, self._watch)
+            self._pause(1.0)
             return
         self._gate.opened()
         conn.setblocking(False)
@@ -92,6 +90,11 @@ class GatedServer:
         task = self._loop.create_task(self._set_up(conn))
         self._setups.add(task)
         task.add_done_callback(self._setups.discard)
+
+    def _pause(self, seconds: float) -> None:
+        """Stop watching the socket; watch it again after `seconds` (`_watch`)."""
+        self._loop.remove_reader(self._sock.fileno())
+        self._recheck = self._loop.call_later(seconds, self._watch)
 
     def _watch(self) -> None:
         self._recheck = None
