@@ -11,7 +11,7 @@ import ctypes
 import functools
 
 from pbserve.core.config.config_checks import MIN_COMPUTE_CAPABILITY
-from shm.cuda_driver import CudaError, driver
+from shm.cuda_driver import device_count, driver
 
 _MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 _MINOR = 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
@@ -20,15 +20,12 @@ _MINOR = 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 @functools.cache
 def visible_gpus() -> list[int]:
     """Ids of the CUDA devices with Triton's minimum compute capability."""
-    try:
-        lib = driver()
-    except CudaError:
+    count = device_count()
+    if not count:
         return []
-    count = ctypes.c_int()
-    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return []
+    lib = driver()
     usable = []
-    for device in range(count.value):
+    for device in range(count):
         major, minor = ctypes.c_int(), ctypes.c_int()
         if lib.cuDeviceGetAttribute(ctypes.byref(major), _MAJOR, device) == 0 and \
                 lib.cuDeviceGetAttribute(ctypes.byref(minor), _MINOR, device) == 0 and \
