@@ -20,6 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import backend_edit
 from backend_data import fit_onnx, run_generator
 from cases_l0 import L0, local, qa, shm_leak
 from repository import renamed
@@ -57,13 +58,11 @@ def _copy_generated(roots: dict[str, Path], repository: str, model: str, into: P
                     name: str = "", append: str = "", keep_version: str = "") -> Path:
     """`cp -r ${DATADIR}/<repository>/<model> models/<name>`, `sed` of its name, `echo`
     of `append`; with `keep_version`, the other version folders removed."""
-    dest = into / (name or model)
-    shutil.copytree(_generated(roots, repository, model), dest, dirs_exist_ok=True)
-    config = dest / "config.pbtxt"
-    text = config.read_text()
+    dest = backend_edit.copy(_generated(roots, repository, model), into, name)
     if name:
-        text = text.replace(model, name)
-    config.write_text(text + ("\n" + append + "\n" if append else ""))
+        backend_edit.rename(dest, model, name)
+    if append:
+        backend_edit.append(dest, append)
     if keep_version:
         for version in dest.iterdir():
             if version.is_dir() and version.name != keep_version:
@@ -121,11 +120,8 @@ def _ensemble_gpu(case_dir: Path, repo: Path, roots: dict[str, Path]) -> None:
     dest = _copy_generated(roots, "qa_model_repository", "libtorch_float32_float32_float32",
                            repo, append="instance_group [ { kind: KIND_GPU }]",
                            keep_version="1")
-    config = dest / "config.pbtxt"
-    lines = ["max_batch_size: 0" if line.startswith("max_batch_size:") else
-             "" if line.startswith("version_policy:") else line
-             for line in config.read_text().splitlines()]
-    config.write_text("\n".join(lines) + "\n")
+    backend_edit.sed(dest, r"^max_batch_size:.*", "max_batch_size: 0")
+    backend_edit.sed(dest, r"^version_policy:.*", "")
 
 
 ENSEMBLE = Case(
