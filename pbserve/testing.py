@@ -43,7 +43,18 @@ def _ports_no_connection_takes() -> range:
     except (OSError, ValueError):
         return range(0)
     below, above = range(_FIRST_PORT, low), range(high + 1, 65536)
-    return max(below, above, key=len)
+    return _this_workers_share(max(below, above, key=len))
+
+
+def _this_workers_share(ports: range) -> range:
+    """Every count-th port for pytest-xdist's worker gwN of count (none other chooses
+    them): two servers its workers start at once never get the same port. (A server
+    binds its ports a moment after they are chosen, and exits on one in use.)"""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count < 2:
+        return ports
+    return ports[int(worker[2:]) % count::count]
 
 
 def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:

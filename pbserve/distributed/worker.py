@@ -168,15 +168,22 @@ class PlaneWorker:
         inbox = (msg.headers or {}).get(REPLY_HEADER, "")
         if not inbox:
             log.warning("worker '%s': a request without a reply inbox dropped", self.name)
+            await _ack(msg)
             return
         if self._cancelled.pop(inbox, False) is None:
+            await _ack(msg)
             return  # cancelled before any worker took it: nobody waits for an answer
         task = asyncio.current_task()
         assert task is not None
         self._serving[inbox] = task
         model = ""
         try:
+            # "accepted" before the ack, in one flush: killed before both reach the NATS
+            # server, the request goes to another worker (ACK_WAIT_S); after, its caller
+            # knows whose it is and fails it once that worker is gone. An ack sent alone
+            # first would leave a request no worker answers and nobody fails.
             await self._nc.publish(inbox, encode_accepted(self.name, self._registry.instance))
+            await _ack(msg)
             request, stream = decode_request(msg.data)
             model = request.model_name
             await self._data_plane.fill(request.inputs, "the caller", self._max_input_bytes)
@@ -275,9 +282,7 @@ class _Feed:
                 await asyncio.sleep(PULL_S)
                 await self._resubscribe()
                 continue
-            for msg in msgs:
-                with contextlib.suppress(nats.errors.Error):
-                    await msg.ack()  # taken: it is ours to answer, never redelivered
+            for msg in msgs:  # serve acknowledges it: ours to answer, never redelivered
                 task = asyncio.create_task(self._worker.serve(msg))
                 self._inflight.add(task)
                 task.add_done_callback(self._done)
@@ -302,3 +307,9 @@ class _Feed:
     def _done(self, task: asyncio.Task) -> None:
         self._inflight.discard(task)
         self._room.set()
+
+
+async def _ack(msg: Msg) -> None:
+    """Acknowledge a pulled request (lost with the plane: it is redelivered then)."""
+    with contextlib.suppress(nats.errors.Error):
+        await msg.ack()
