@@ -20,6 +20,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -177,7 +178,9 @@ class RunningServer:
         if "--exit-on-error" not in args:  # a test may want to look at a failed model
             command += ["--exit-on-error", "false"]
         self.log_path = Path(log_path) if log_path else None
-        self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
+        # Without a path, to an unnamed file all the same: a server that ends before it
+        # is ready says why.
+        self._log = open(self.log_path, "wb") if self.log_path else tempfile.TemporaryFile()
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True,
                                      env={**os.environ, **env} if env else None)
@@ -203,11 +206,12 @@ class RunningServer:
                 time.sleep(0.05)
         raise TimeoutError(f"pbserve not ready after {timeout} s{self._log_tail()}")
 
-    def _log_tail(self) -> str:
-        if self.log_path is None:
-            return ""
+    def _log_tail(self, chars: int = 3000) -> str:
         self._log.flush()
-        return "; log ends:\n" + self.log_path.read_text(errors="replace")[-3000:]
+        fd = self._log.fileno()
+        size = os.fstat(fd).st_size  # pread: the server writes at the offset both share
+        tail = os.pread(fd, chars, max(0, size - chars)).decode(errors="replace")
+        return "; log ends:\n" + tail
 
     def log_text(self) -> str:
         """The server's log so far (all of it once stopped)."""
@@ -232,8 +236,7 @@ class RunningServer:
         too, and a launcher passes nothing on), wait; SIGKILL the whole session if it does
         not end. Returns the status."""
         stop_process_group(self.proc, timeout)
-        if self._log is not subprocess.DEVNULL:
-            self._log.close()
+        self._log.close()
         return self.proc.returncode
 
 
