@@ -41,13 +41,8 @@ EXCLUDED = {
         ("DELAY_TESTS (4) x FIXED/VARIABLE, test_multi_batch_delayed_preferred_different_"
          "shape, PREFERRED_BATCH_ONLY_TESTS (4)", DELAY_HOOK),
         ("MAX_QUEUE_DELAY_ONLY_TESTS (2), test_multi_batch_preserve_ordering", CUSTOM),
-        ("custom_zero_1_float32 in var_models", CUSTOM),
-        ("onnx_zero_1_float32 / libtorch_zero_1_float32 in var_models (allow_ragged_batch, "
-         "batch_output BATCH_SCATTER_WITH_INPUT_SHAPE) and test_multi_batch_different_shape_"
-         "allow_ragged", "ragged batching and batch_output: not supported by pbserve "
-         "(docs/backends.md); with them var_models does not load (the ONNX graph has no batch "
-         "dimension: 'the model expects 1 dimensions ... but the model configuration specifies "
-         "2'), failing every VARIABLE run"),
+        ("custom_zero_1_float32 in var_models, and the custom trial of test_multi_batch_"
+         "different_shape_allow_ragged (its onnx and libtorch trials run)", CUSTOM),
         ("graphdef, savedmodel, plan backends", "TensorFlow / TensorRT"),
     ],
     "L0_libtorch_io_names": [],
@@ -112,6 +107,7 @@ NO_DELAY_TESTS = (
 DIFFERENT_SHAPE_TESTS = (
     "test_multi_batch_not_preferred_different_shape",
     "test_multi_batch_preferred_different_shape", "test_multi_batch_different_shape")
+RAGGED_TEST = "test_multi_batch_different_shape_allow_ragged"
 BATCHER_DYNAMIC = ("dynamic_batching { preferred_batch_size: [ 2, 6 ], "
                    "max_queue_delay_microseconds: 10000000 }")
 
@@ -134,8 +130,16 @@ def _batcher_var_models(data: Path, case_dir: Path, repo: Path, roots: dict) -> 
                      repo)
         _batcher_model(model)
         sed_all(model, "16", "-1")
-    # test.sh also adds {onnx,libtorch}_zero_1_float32 (allow_ragged_batch, batch_output):
-    # not here, see EXCLUDED["L0_batcher"]
+    for fw, tensor in (("onnx", "INPUT0"), ("libtorch", "INPUT__0")):  # the ragged ones
+        model = copy(data / "qa_identity_model_repository" / f"{fw}_nobatch_zero_1_float32",
+                     repo, f"{fw}_zero_1_float32")
+        rename(model, "nobatch_", "")
+        sed(model, r"^max_batch_size:.*", "max_batch_size: 8")
+        rename(model, f'name: "{tensor}"', f'name: "{tensor}"\nallow_ragged_batch: true')
+        output = tensor.replace("INPUT", "OUTPUT")
+        append(model, f'batch_output [{{target_name: "{output}" kind: '
+                      f'BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "{tensor}" }}] '
+                      + BATCHER_DYNAMIC)
 
 
 def sed_all(model: Path, old: str, new: str) -> None:
@@ -147,7 +151,8 @@ def sed_all(model: Path, old: str, new: str) -> None:
 def batcher_cases(data: Path) -> list[Case]:
     cases = []
     runs = [("FIXED", t, _batcher_models) for t in NO_DELAY_TESTS]
-    runs += [("VARIABLE", t, _batcher_var_models) for t in NO_DELAY_TESTS + DIFFERENT_SHAPE_TESTS]
+    runs += [("VARIABLE", t, _batcher_var_models)
+             for t in (*NO_DELAY_TESTS, *DIFFERENT_SHAPE_TESTS, RAGGED_TEST)]
     for kind, test, setup in runs:
         client = _client("L0_batcher", f"batcher_test.py::BatcherTest::{test}",
                          BATCHER_TYPE=kind)

@@ -54,6 +54,13 @@ tu.TestResultCollector.tearDownClass = classmethod(lambda cls: None)
 for _name in ("validate_for_tf_model", "validate_for_trt_model",
               "validate_for_ensemble_model", "validate_for_openvino_model"):
     setattr(tu, _name, lambda *args, **kwargs: False)
+
+# L0_batcher: its ragged test always tries the "custom" trial too, Triton's C++ identity
+# backend (not served); the onnx and libtorch trials stay
+if __import__("os").path.exists("batcher_test.py"):
+    import batcher_test
+    if "custom" in batcher_test._ragged_batch_supported_trials:
+        batcher_test._ragged_batch_supported_trials.remove("custom")
 '''
 
 

@@ -16,6 +16,8 @@ import numpy as np
 
 import triton_python_backend_utils as pb_utils
 from pbserve.model_backends.implicit_state import StateSpec, with_initial
+from pbserve.model_backends.ragged import (
+    batch_input_value, batch_inputs, batch_outputs, ragged_inputs, scatter_with_input_shape)
 
 FLAG_SEQUENCE_START = 1  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
 FLAG_SEQUENCE_END = 2
@@ -121,8 +123,10 @@ class Batcher:
     """Runs a list of requests through `run(inputs, output names) -> outputs`: with
     `max_batch_size > 0`, requests whose inputs have the same shapes past dimension 0
     run as one batch (their inputs concatenated, each output split back by the
-    requests' batch sizes); otherwise each request runs alone. An error fails the
-    requests of its batch only, with its message."""
+    requests' batch sizes); otherwise each request runs alone. A ragged input's shapes
+    may differ: it runs as one 1-D tensor, with the config's batch inputs beside it and
+    its batch outputs cut by request (ragged.py). An error fails the requests of its
+    batch only, with its message."""
 
     def __init__(self, config: dict[str, Any], run: Run,
                  describe: Callable[[BaseException], str] = str,
@@ -133,11 +137,27 @@ class Batcher:
         self.output_names = [o.name for o in self.outputs]
         self._reshape_out = {o.name: o for o in self.outputs if o.reshape is not None}
         self.controls = [c.name for c in control_specs(config)]
+        self.ragged = ragged_inputs(config)
+        self.batch_inputs = batch_inputs(config) if self.batching else []
+        self._scatter = {name: (b.source, (-1, *self._dims_of(name)))
+                         for b in (batch_outputs(config) if self.batching else [])
+                         for name in b.targets}
         self.states = with_initial(states, model_dir)  # ValueError: the load fails
         # implicit state: correlation id -> {state output name: its last value}
         self._kept: dict[int | str, dict[str, np.ndarray]] = {}
         self.run = run
         self.describe = describe
+
+    @property
+    def scattered(self) -> frozenset[str]:
+        """The outputs a batch output cuts by its source input's shapes."""
+        return frozenset(self._scatter)
+
+    def _dims_of(self, output: str) -> tuple[int, ...]:
+        spec = next((o for o in self.outputs if o.name == output), None)
+        if spec is None:
+            raise ValueError(f"batch output '{output}' is not an output of the model")
+        return spec.dims
 
     def drop_sequence(self, correlation_id: int | str) -> None:
         """Forget a sequence's implicit state (it ended without END)."""
@@ -155,8 +175,8 @@ class Batcher:
                 gathered.append(None)
                 continue
             gathered.append(arrays)
-            key = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(arrays.items())) \
-                if self.batching else (index,)
+            key = tuple((n, () if n in self.ragged else a.shape[1:], a.dtype.str)
+                        for n, a in sorted(arrays.items())) if self.batching else (index,)
             groups.setdefault(key, []).append(index)
         for indices in groups.values():
             self._run_group(requests, gathered, indices, responses)
@@ -194,14 +214,14 @@ class Batcher:
         names = [n for n in self.output_names if any(n in w for w in wanted)]
         computed = names + [s.output_name for s in self.states if s.output_name not in names]
         try:
-            if len(indices) == 1:
-                inputs = gathered[indices[0]]
-            else:
-                inputs = {name: np.concatenate([gathered[i][name] for i in indices])
-                          for name in gathered[indices[0]]}
-            outputs = self.run(inputs, computed)
+            outputs = self.run(self._batch(gathered, indices), computed)
             sizes = [_batch_size(gathered[i]) for i in indices] if self.batching else None
             pieces = self._split(outputs, computed, sizes, len(indices))
+            for name in computed:
+                if name in self._scatter:
+                    source, dims = self._scatter[name]
+                    pieces[name] = scatter_with_input_shape(
+                        outputs[name], dims, [gathered[i][source].shape for i in indices])
         except Exception as exc:  # noqa: BLE001 - the batch's requests fail with it
             for i in indices:
                 responses[i] = self._error(exc)
@@ -214,6 +234,23 @@ class Batcher:
             responses[i] = pb_utils.InferenceResponse([
                 pb_utils.Tensor(name, pieces[name][position])
                 for name in names if name in wanted[position]])
+
+    def _batch(self, gathered: list, indices: list[int]) -> dict[str, np.ndarray]:
+        """The framework's inputs for the requests at `indices`: each input concatenated
+        along dimension 0 (a ragged one flattened into 1-D), and the batch inputs."""
+        arrays = [gathered[i] for i in indices]
+        inputs = {}
+        for name in arrays[0]:
+            if name in self.ragged:
+                inputs[name] = np.concatenate([a[name].reshape(-1) for a in arrays])
+            else:
+                inputs[name] = arrays[0][name] if len(arrays) == 1 else \
+                    np.concatenate([a[name] for a in arrays])
+        for spec in self.batch_inputs:
+            value = batch_input_value(spec, [a[spec.source].shape for a in arrays])
+            for target in spec.targets:
+                inputs[target] = value
+        return inputs
 
     def _keep(self, requests: list, indices: list[int],
               pieces: dict[str, list[np.ndarray]]) -> None:
@@ -235,6 +272,8 @@ class Batcher:
                sizes: list[int] | None, count: int) -> dict[str, list[np.ndarray]]:
         pieces: dict[str, list[np.ndarray]] = {}
         for name in names:
+            if name in self._scatter:
+                continue  # cut by its source input's shapes (_run_group)
             array = outputs[name]
             spec = self._reshape_out.get(name)
             if spec is not None:

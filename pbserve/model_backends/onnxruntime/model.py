@@ -129,13 +129,13 @@ class TritonPythonModel:
                                             providers=self._providers(args))
         log_instance_device(args, "CUDAExecutionProvider" in self.session.get_providers(),
                             int(args.get("model_instance_device_id") or 0))
-        self._validate()
         states = state_specs(self.config)
+        self.batcher = Batcher(self.config, self._run, describe, states,
+                               args.get("model_repository", ""))
+        self._validate()
         self.strings = {i.name for i in tensor_specs(self.config, "input")
                         if i.data_type == "TYPE_STRING"}
         self.strings.update(s.input_name for s in states if s.data_type == "TYPE_STRING")
-        self.batcher = Batcher(self.config, self._run, describe, states,
-                               args.get("model_repository", ""))
 
     def _options(self):
         options = ort.SessionOptions()
@@ -177,7 +177,8 @@ class TritonPythonModel:
         for control in controls:
             self._validate_control(control.name, control.data_type, inputs, max_batch_size)
         states = self.config.get("sequence_batching", {}).get("state", [])
-        expected = len(specs) + len(controls) + len(states)
+        made = [t for b in self.batcher.batch_inputs for t in b.targets]  # batch inputs
+        expected = len(specs) + len(controls) + len(states) + len(made)
         if len(inputs) != expected:
             raise ValueError(f"unable to load model '{self.name}', configuration expects "
                              f"{expected} inputs, model provides {len(inputs)}")
@@ -200,7 +201,9 @@ class TritonPythonModel:
                         f"unable to load model '{self.name}', configuration expects datatype "
                         f"{spec.data_type} for {kind} '{spec.name}', model provides "
                         f"{data_type}")
-                if shape:
+                if kind == "input" and spec.name in self.batcher.ragged:
+                    self._validate_ragged(spec.name, spec.optional, shape)
+                elif shape and spec.name not in self.batcher.scattered:
                     compare_dims(self.name, spec.name, shape, spec.model_dims, max_batch_size)
         for state in states:
             for kind, key, found in (("input", "input_name", inputs),
@@ -217,6 +220,17 @@ class TritonPythonModel:
                         f"unable to load model '{self.name}', configuration expects datatype "
                         f"{data_type} for {kind} state '{name}', model provides "
                         f"{found[name][0]}")
+
+    def _validate_ragged(self, name: str, optional: bool, shape: list[int]) -> None:
+        """Triton's check of a ragged input: the graph takes it as one [-1] tensor."""
+        if optional:
+            raise ValueError(f"unable to load model '{self.name}', configuration expects "
+                             f"model provides input with shape [-1] for ragged input "
+                             f"'{name}', which is not supported for optional input")
+        if shape != [-1]:
+            raise ValueError(f"unable to load model '{self.name}', configuration expects "
+                             f"model provides input with shape [-1]  for ragged input "
+                             f"'{name}', model provides {shape_string(shape)}")
 
     def _validate_control(self, name: str, data_type: str,
                           inputs: dict[str, tuple[str, list[int]]],

@@ -24,6 +24,7 @@ from pbserve.model_backends import missing_package_message
 from pbserve.model_backends.common import (
     Batcher, bool_parameter, control_specs, log_instance_device, tensor_specs)
 from pbserve.model_backends.implicit_state import state_specs
+from pbserve.model_backends.ragged import batch_inputs
 
 try:
     import torch
@@ -120,7 +121,9 @@ class TritonPythonModel:
                     f"An input of type '{kind}' was detected in the model. Only a single input "
                     "of type Dict(str, Tensor) or input(s) of type Tensor are supported.")
         sequence = self.controls + [s.input_name for s in self.states]
-        expected = len(self.inputs) + len(sequence)
+        batching = int(self.config.get("max_batch_size", 0)) > 0
+        made = [t for b in batch_inputs(self.config) for t in b.targets] if batching else []
+        expected = len(self.inputs) + len(sequence) + len(made)
         if len(arguments) != expected:
             raise ValueError(f"unable to load model '{self.name}', configuration expects "
                              f"{expected} inputs, model provides {len(arguments)}")
@@ -147,6 +150,14 @@ class TritonPythonModel:
             else:
                 raise ValueError(f"input '{name}' does not follow <name>__<index> naming "
                                  "convention.")
+        # batch inputs: by argument name, by <name>__<index>, else after the config's
+        # inputs (Triton's AddInputToMap)
+        for position, name in enumerate(made, start=len(names)):
+            if by_argument and name in allowed:
+                self.input_index[name] = allowed.index(name)
+            else:
+                index = _index(name)
+                self.input_index[name] = index if index is not None else position
         self.arity = len(arguments)
 
     def _map_outputs(self) -> None:
