@@ -19,6 +19,7 @@ from pbserve.core.instances.instance import (
     InstanceServices, ModelInstance)
 from pbserve.core.instances.model_debug import ModelDebug
 from pbserve.core.scheduling.admission import Admission
+from pbserve.core.scheduling.delay_hooks import DELAY, held_count
 from pbserve.core.scheduling.rate_limiter import RateLimiter
 from pbserve.core.instances.supervisor import InstanceSpec, InstanceState
 from pbserve.core.observability import metrics
@@ -291,13 +292,13 @@ class Model:
     def _direct_instances(self, batched: bool = False) -> list[ModelInstance] | None:
         """The instances whose stubs take requests from other processes directly; None
         where requests must pass through the core: a batcher (but a dynamic one the
-        stub runs, when `batched`), the response cache, the rate limiter, tracing, an
-        instance not READY, a stub without a bell (a server without frontend
-        processes)."""
+        stub runs, when `batched`), the response cache, the rate limiter, tracing,
+        Triton's scheduler test hook (delay_hooks.py), an instance not READY, a stub
+        without a bell (a server without frontend processes)."""
         cfg = self.cfg
         if cfg.HasField("dynamic_batching") and not batched \
                 or cfg.HasField("sequence_batching") or self._cache is not None \
-                or TRACER.enabled or not self.instances:
+                or TRACER.enabled or not self.instances or held_count(DELAY):
             return None
         for instance in self.instances:
             stub = instance.stub

@@ -30,6 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.pending import PendingRequest
+from pbserve.core.scheduling.delay_hooks import delay_hook
 from pbserve.core.scheduling.equal_inputs import EqualInputs
 from pbserve.core.scheduling.precise_timer import PreciseTimer
 from pbserve.core.scheduling.reorder import ReorderBuffer
@@ -138,6 +139,7 @@ class Scheduler:
         self._timer = PreciseTimer(self._loop, self._on_timer)
         self._dispatch_owed = False  # a dispatch is due at the end of this turn of the loop
         self._ordering = ReorderBuffer() if self._batching and db.preserve_ordering else None
+        self._held = delay_hook(cfg.name)  # Triton's test hook: hold until so many queue
 
     def _add_level(self, level: int, policy: QueuePolicy) -> _Level:
         lv = self._levels[level] = _Level(policy)
@@ -153,7 +155,7 @@ class Scheduler:
 
     # -- the surface admission, the model and its instances use -------------------------
     def submit(self, pending: PendingRequest) -> None:
-        if not self._batching and not self._size:
+        if not self._batching and not self._size and not self._held:
             # The common case without a batcher: nothing queued, so the request goes
             # straight to the first idle instance (what queueing then dispatching does).
             for instance in self.instances:
@@ -269,6 +271,10 @@ class Scheduler:
     def dispatch(self) -> None:
         if self._shm_timer is not None:
             return  # waiting for /dev/shm: _shm_retry dispatches
+        if self._held:  # TRITONSERVER_DELAY_SCHEDULER (delay_hooks.py)
+            if self._size < self._held:
+                return
+            self._held = 0
         for instance in self.instances:
             if not self._size:
                 return

@@ -38,6 +38,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.config.model_config import datatype_of
 from pbserve.core.pending import PendingRequest
+from pbserve.core.scheduling.delay_hooks import BACKLOG_DELAY, delay_hook, held_count
 from pbserve.core.scheduling.precise_timer import PreciseTimer
 from pbserve.core.scheduling.scheduler import RESCHEDULE_UNSUPPORTED, Staging, reject
 from pbserve.core.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
@@ -158,6 +159,9 @@ class SequenceBatcher:
         # the batch delay's clock and wake-up, to the microsecond (precise_timer.py)
         self._timer = PreciseTimer(self._loop, self._on_timer)
         self._closed = False
+        # Triton's test hooks (delay_hooks.py): hold until so many requests are queued
+        self._held = delay_hook(cfg.name)
+        self._backlog_held = held_count(BACKLOG_DELAY) if self._held else 0
 
     @property
     def instances(self) -> list[ModelInstance]:
@@ -238,11 +242,25 @@ class SequenceBatcher:
         entry.rescheduled = self._enqueue(entry)
 
     def dispatch(self) -> None:
+        if self._held and self._holding():
+            return
         for instance in self._instances:
             if instance.ready:
                 entries = self._take(instance)
                 if entries:
                     self._run(instance, entries)
+
+    def _holding(self) -> bool:
+        """Whether the test hooks still hold every batch: fewer than TRITONSERVER_DELAY_
+        SCHEDULER requests in the slots, or fewer than TRITONSERVER_BACKLOG_DELAY_SCHEDULER
+        in the backlog (as Triton's DelayScheduler counts them)."""
+        queued = sum(len(slot.seq.queue) for slots in self._slots.values() for slot in slots
+                     if slot.seq is not None)
+        backlog = sum(len(seq.queue) for seq in self._backlog)
+        if queued < self._held or backlog < self._backlog_held:
+            return True
+        self._held = self._backlog_held = 0
+        return False
 
     def remove(self, pending: PendingRequest) -> bool:
         """A queued request was cancelled (or timed out): Triton ends its sequence and
