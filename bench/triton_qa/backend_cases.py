@@ -13,8 +13,6 @@ from spec import Case, Client
 
 BACKENDS = "onnx libtorch"
 FWS = ("onnx", "libtorch")
-DELAY_HOOK = ("needs TRITONSERVER_DELAY_SCHEDULER, a test hook of Triton's dynamic batcher "
-              "(holds batches until N requests queue); pbserve has none")
 CUSTOM = "needs Triton's C++ custom backends (identity: custom_zero_1_float32)"
 
 # What each suite's test.sh runs that is not run here, and why.
@@ -38,8 +36,6 @@ EXCLUDED = {
                           ("graphdef/savedmodel/plan models, ensembles",
                            "TensorFlow / TensorRT; ensembles use Triton's identity backend")],
     "L0_batcher": [
-        ("DELAY_TESTS (4) x FIXED/VARIABLE, test_multi_batch_delayed_preferred_different_"
-         "shape, PREFERRED_BATCH_ONLY_TESTS (4)", DELAY_HOOK),
         ("MAX_QUEUE_DELAY_ONLY_TESTS (2), test_multi_batch_preserve_ordering", CUSTOM),
         ("custom_zero_1_float32 in var_models, and the custom trial of test_multi_batch_"
          "different_shape_allow_ragged (its onnx and libtorch trials run)", CUSTOM),
@@ -108,20 +104,33 @@ DIFFERENT_SHAPE_TESTS = (
     "test_multi_batch_not_preferred_different_shape",
     "test_multi_batch_preferred_different_shape", "test_multi_batch_different_shape")
 RAGGED_TEST = "test_multi_batch_different_shape_allow_ragged"
+# test.sh's TRITONSERVER_DELAY_SCHEDULER for the tests that need the scheduler held
+# (core/scheduling/delay_hooks.py)
+DELAY_TESTS = {"test_multi_batch_delayed_sum_gt_max_preferred": "2",
+               "test_multi_batch_use_biggest_preferred": "6",
+               "test_multi_batch_use_best_preferred": "3",
+               "test_multi_batch_delayed_use_max_batch": "3"}
+VARIABLE_DELAY_TESTS = {"test_multi_batch_delayed_preferred_different_shape": "4"}
+PREFERRED_BATCH_ONLY_TESTS = {"test_preferred_batch_only_aligned": "4",
+                              "test_preferred_batch_only_unaligned": "5",
+                              "test_preferred_batch_only_use_biggest_preferred": "7",
+                              "test_preferred_batch_only_use_no_preferred_size": "3"}
+PREFERRED_ONLY_DYNAMIC = "dynamic_batching { preferred_batch_size: [ 4, 6 ] }"
 BATCHER_DYNAMIC = ("dynamic_batching { preferred_batch_size: [ 2, 6 ], "
                    "max_queue_delay_microseconds: 10000000 }")
 
 
-def _batcher_model(model: Path) -> None:
+def _batcher_model(model: Path, dynamic: str = BATCHER_DYNAMIC) -> None:
     sed(model, r"^max_batch_size:.*", "max_batch_size: 8")
     sed(model, r"^version_policy:.*", "version_policy: { specific { versions: [1] }}")
-    append(model, BATCHER_DYNAMIC)
+    append(model, dynamic)
 
 
-def _batcher_models(data: Path, case_dir: Path, repo: Path, roots: dict) -> None:
+def _batcher_models(data: Path, case_dir: Path, repo: Path, roots: dict,
+                    dynamic: str = BATCHER_DYNAMIC) -> None:
     for fw in FWS:
         _batcher_model(copy(data / "qa_model_repository" / f"{fw}_float32_float32_float32",
-                            repo))
+                            repo), dynamic)
 
 
 def _batcher_var_models(data: Path, case_dir: Path, repo: Path, roots: dict) -> None:
@@ -153,11 +162,20 @@ def batcher_cases(data: Path) -> list[Case]:
     runs = [("FIXED", t, _batcher_models) for t in NO_DELAY_TESTS]
     runs += [("VARIABLE", t, _batcher_var_models)
              for t in (*NO_DELAY_TESTS, *DIFFERENT_SHAPE_TESTS, RAGGED_TEST)]
-    for kind, test, setup in runs:
+    runs += [(kind, t, setup) for kind, setup in (("FIXED", _batcher_models),
+                                                  ("VARIABLE", _batcher_var_models))
+             for t in DELAY_TESTS]
+    runs += [("VARIABLE", t, _batcher_var_models) for t in VARIABLE_DELAY_TESTS]
+    preferred_only = partial(_batcher_models, dynamic=PREFERRED_ONLY_DYNAMIC)
+    runs += [("PREFERRED_BATCH_ONLY", t, preferred_only) for t in PREFERRED_BATCH_ONLY_TESTS]
+    delays = {**DELAY_TESTS, **VARIABLE_DELAY_TESTS, **PREFERRED_BATCH_ONLY_TESTS}
+    for kind, test, setup in runs:  # test.sh exports the hook to the client too
+        env = {"TRITONSERVER_DELAY_SCHEDULER": delays[test]} if test in delays else {}
         client = _client("L0_batcher", f"batcher_test.py::BatcherTest::{test}",
-                         BATCHER_TYPE=kind)
+                         BATCHER_TYPE="FIXED" if kind == "PREFERRED_BATCH_ONLY" else kind,
+                         **env)
         cases.append(Case(f"L0_batcher:{kind}:{test}", "server", (),
-                          setup=partial(setup, data), clients=(client,)))
+                          setup=partial(setup, data), clients=(client,), server_env=env))
     return cases
 
 

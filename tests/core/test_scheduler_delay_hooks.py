@@ -26,12 +26,13 @@ class TritonPythonModel:
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy().copy())])
             for r in requests]
 '''
-IO = ('input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-      'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
+IO = ('input [ { name: "X" data_type: TYPE_INT32 dims: [ %s ] } ]\n'
+      'output [ { name: "Y" data_type: TYPE_INT32 dims: [ %s ] } ]\n')
 CONFIGS = {
     "dynamic": "max_batch_size: 8\ndynamic_batching { }\n",
     "sequences": "max_batch_size: 4\nsequence_batching { direct { } }\n",
     "one_slot": "max_batch_size: 0\nsequence_batching { direct { } }\n",
+    "shapes": "max_batch_size: 4\nsequence_batching { direct { } }\n",  # dims [-1]
 }
 
 
@@ -40,7 +41,7 @@ def _repo(root: Path, names: tuple[str, ...]) -> Path:
         (root / name / "1").mkdir(parents=True)
         (root / name / "1" / "model.py").write_text(MODEL)
         (root / name / "config.pbtxt").write_text(
-            f'backend: "python"\n{CONFIGS[name]}{IO}'
+            f'backend: "python"\n{CONFIGS[name]}{IO % (("-1",) * 2 if name == "shapes" else ("1",) * 2)}'
             'instance_group [ { kind: KIND_CPU count: 1 } ]\n')
     return root
 
@@ -90,6 +91,24 @@ def test_a_batcher_holds_its_batches_until_the_delay_count_is_queued(tmp_path):
                                          sequence_start=True))
         assert [int(r.get_result().as_numpy("Y")[0, 0]) for r in starts] == [1, 2, 3]
         assert _batches(client, "sequences") == {3: 1}
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_a_sequence_batch_takes_the_slots_whose_shapes_equal_the_first_ones(tmp_path):
+    """Triton's RequiredEqualInputs in the sequence batcher: an input of a variable
+    dimension has one shape in a batch; a slot whose request differs waits (L0_sequence_
+    batcher test_ragged_batch). The hook lines the three sequences up first."""
+    server = _server(tmp_path, ("shapes",), {"TRITONSERVER_DELAY_SCHEDULER": "3"})
+    try:
+        client = httpclient.InferenceServerClient(server.http_url, concurrency=3)
+        sent = [client.async_infer("shapes", [_x(v, (1, width))], sequence_id=v,
+                                   sequence_start=True, sequence_end=True)
+                for v, width in ((1, 2), (2, 3), (3, 2))]
+        assert [r.get_result().as_numpy("Y").tolist() for r in sent] == [
+            [[1, 1]], [[2, 2, 2]], [[3, 3]]]
+        assert _batches(client, "shapes") == {2: 1, 1: 1}  # [1, 3] together, then [2]
         client.close()
     finally:
         server.stop()

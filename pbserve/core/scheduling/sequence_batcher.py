@@ -7,7 +7,9 @@ correlation id run, in order, on the instance whose sequence slot their sequence
   in the backlog, in arrival order, for the next slot to be released. A slot is released
   once its sequence's last request (END) has run, or when the sequence is ended early.
 - Batches: an idle instance runs the next request of each of its slots' sequences
-  together, one per sequence. `direct` takes them all (waiting up to its
+  together, one per sequence, if their inputs may share a batch (Triton's
+  RequiredEqualInputs, equal_inputs.py: the first ready slot's shapes; the others wait
+  for a later batch). `direct` takes them all (waiting up to its
   `max_queue_delay_microseconds` while fewer than `minimum_slot_utilization` of the
   slots are ready); `oldest` takes the oldest up to `max_batch_size`, waiting for a
   `preferred_batch_size` as the dynamic batcher does.
@@ -39,6 +41,7 @@ from pbserve.core.instances.instance import ModelInstance
 from pbserve.core.config.model_config import datatype_of
 from pbserve.core.pending import PendingRequest
 from pbserve.core.scheduling.delay_hooks import BACKLOG_DELAY, delay_hook, held_count
+from pbserve.core.scheduling.equal_inputs import EqualInputs
 from pbserve.core.scheduling.precise_timer import PreciseTimer
 from pbserve.core.scheduling.scheduler import RESCHEDULE_UNSUPPORTED, Staging, reject
 from pbserve.core.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START
@@ -146,6 +149,8 @@ class SequenceBatcher:
         self._end_control = _boolean_control(sb, _Control.CONTROL_SEQUENCE_END)
         self._ready_control = _boolean_control(sb, _Control.CONTROL_SEQUENCE_READY)
         self._corrid_control = _corrid_control(sb)
+        equal = EqualInputs(cfg)
+        self._equal_inputs = equal if equal.needed else None
         self._instances: list[ModelInstance] = []
         self._slots: dict[ModelInstance, list[_Slot]] = {}
         self._free: list[_Slot] = []  # a heap
@@ -202,6 +207,8 @@ class SequenceBatcher:
                 return
             corrid, flags = self._next_corrid, FLAG_SEQUENCE_START
             self._next_corrid += 1
+        if self._equal_inputs is not None:
+            pending.batch_key = self._equal_inputs.key(request)
         entry = _Entry(pending, corrid, flags, self._timer.now())
         if self._enqueue(entry):
             self.dispatch()
@@ -438,12 +445,15 @@ class SequenceBatcher:
         if self._oldest:
             candidates.sort(key=lambda e: e.queued_s)
             count, wait_until = choose_batch(
-                ((1, e.queued_s, None) for e in candidates), self._preferred,
+                ((1, e.queued_s, e.pending.batch_key) for e in candidates), self._preferred,
                 self._max_preferred, self._max_batch, self._delay_s, now)
             if not count:
                 self._arm(wait_until)
                 return None
             return candidates[:count]
+        if self._equal_inputs is not None:  # in slot order: the first one's shapes
+            key = candidates[0].pending.batch_key
+            candidates = [e for e in candidates if e.pending.batch_key == key]
         if self._delay_s > 0 and self._utilization > 0 \
                 and len(candidates) / self._max_batch < self._utilization:
             oldest = min(e.queued_s for e in candidates)
