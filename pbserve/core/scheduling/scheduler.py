@@ -231,7 +231,7 @@ class Scheduler:
 
     def _idle_instance(self) -> ModelInstance | None:
         """The idle instance `submit` would hand a request to at once, if any."""
-        if self._batching or self._size:
+        if self._batching or self._size or self._held:
             return None
         for instance in self.instances:
             if instance.ready:
