@@ -5,7 +5,9 @@ in its backlog. A real server started with them, requests sent one after another
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +66,14 @@ def _batches(client, model: str) -> dict[int, int]:
     return {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
 
 
+def _pending(server: RunningServer, model: str) -> int:
+    """The model's requests the server took and has not answered (its metrics)."""
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:
+        found = re.search(rf'nv_inference_pending_request_count{{model="{model}",'
+                          r'version="1"} (\d+)', reply.read().decode())
+    return int(found.group(1)) if found else 0
+
+
 def _still_held(client, model: str) -> bool:
     time.sleep(0.5)  # time enough to run what is queued, were it not held
     return _batches(client, model) == {}
@@ -119,9 +129,12 @@ def test_a_sequence_batcher_also_waits_for_its_backlog(tmp_path):
                                                "TRITONSERVER_BACKLOG_DELAY_SCHEDULER": "1"})
     try:
         client = httpclient.InferenceServerClient(server.http_url, concurrency=4)
-        # sequence 1 holds the one slot: two requests queue there
-        first = [client.async_infer("one_slot", [_x(1)], sequence_id=1, sequence_start=True),
-                 client.async_infer("one_slot", [_x(2)], sequence_id=1, sequence_end=True)]
+        # sequence 1 holds the one slot: two requests queue there, START first
+        first = []
+        for count, (value, flags) in enumerate(((1, {"sequence_start": True}),
+                                                (2, {"sequence_end": True})), start=1):
+            first.append(client.async_infer("one_slot", [_x(value)], sequence_id=1, **flags))
+            wait_for(lambda n=count: _pending(server, "one_slot") == n, "queued", 10)
         assert _still_held(client, "one_slot")  # 2 in the slot, none in the backlog yet
         other = client.async_infer("one_slot", [_x(3)], sequence_id=2, sequence_start=True,
                                    sequence_end=True)  # the backlog's one
