@@ -51,39 +51,48 @@ def batch_inputs(config: dict[str, Any]) -> list[BatchInput]:
     """The config's `batch_input` list; ValueError (the load fails) for one Triton would
     refuse: an unknown kind, a data type other than TYPE_INT32 / TYPE_FP32, a source
     that is not one of the config's inputs."""
-    names = {io["name"] for io in config.get("input", [])}
     found = []
     for entry in config.get("batch_input", []):
         kind = str(entry.get("kind", "BATCH_ELEMENT_COUNT"))
         targets = tuple(entry.get("target_name", []))
         data_type = str(entry.get("data_type", "TYPE_INVALID"))
-        sources = list(entry.get("source_input", []))
         if kind not in BATCH_INPUT_KINDS:
             raise ValueError(f"unknown batch input kind '{kind}'")
         if data_type not in _BATCH_INPUT_TYPES:
             raise ValueError(f"batch input '{', '.join(targets)}': data type {data_type} "
                              "is not supported, use TYPE_INT32 or TYPE_FP32")
-        if len(sources) != 1 or sources[0] not in names:
-            raise ValueError(f"batch input kind '{kind}' expects 1 source input that is "
-                             f"an input of the model, got {sources}")
-        found.append(BatchInput(kind, targets, data_type, sources[0]))
+        source = _source(config, entry, f"batch input kind '{kind}'")
+        found.append(BatchInput(kind, targets, data_type, source))
     return found
+
+
+def batch_input_targets(config: dict[str, Any]) -> list[str]:
+    """The framework inputs the batch inputs fill (a batching model's; none otherwise):
+    they count as the model's inputs."""
+    if int(config.get("max_batch_size", 0)) <= 0:
+        return []
+    return [target for spec in batch_inputs(config) for target in spec.targets]
 
 
 def batch_outputs(config: dict[str, Any]) -> list[BatchOutput]:
     """The config's `batch_output` list (BATCH_SCATTER_WITH_INPUT_SHAPE, the one kind)."""
-    names = {io["name"] for io in config.get("input", [])}
     found = []
     for entry in config.get("batch_output", []):
         kind = str(entry.get("kind", "BATCH_SCATTER_WITH_INPUT_SHAPE"))
-        sources = list(entry.get("source_input", []))
         if kind != "BATCH_SCATTER_WITH_INPUT_SHAPE":
             raise ValueError(f"unknown batch output kind '{kind}'")
-        if len(sources) != 1 or sources[0] not in names:
-            raise ValueError(f"batch output kind '{kind}' expects 1 source input that "
-                             f"is an input of the model, got {sources}")
-        found.append(BatchOutput(tuple(entry.get("target_name", [])), sources[0]))
+        source = _source(config, entry, f"batch output kind '{kind}'")
+        found.append(BatchOutput(tuple(entry.get("target_name", [])), source))
     return found
+
+
+def _source(config: dict[str, Any], entry: dict[str, Any], what: str) -> str:
+    """A batch input's or output's one `source_input`, which must be a config input."""
+    sources = list(entry.get("source_input", []))
+    if len(sources) != 1 or sources[0] not in {io["name"] for io in config.get("input", [])}:
+        raise ValueError(f"{what} expects 1 source input that is an input of the model, "
+                         f"got {sources}")
+    return sources[0]
 
 
 def batch_input_value(spec: BatchInput, shapes: Sequence[tuple[int, ...]]) -> np.ndarray:

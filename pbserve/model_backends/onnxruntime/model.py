@@ -23,6 +23,7 @@ from pbserve.model_backends.common import (
     Batcher, compare_dims, control_specs, int_parameter, log_instance_device, shape_string,
     tensor_specs)
 from pbserve.model_backends.implicit_state import state_specs
+from pbserve.model_backends.ragged import batch_input_targets
 
 try:
     import onnxruntime as ort
@@ -177,7 +178,7 @@ class TritonPythonModel:
         for control in controls:
             self._validate_control(control.name, control.data_type, inputs, max_batch_size)
         states = self.config.get("sequence_batching", {}).get("state", [])
-        made = [t for b in self.batcher.batch_inputs for t in b.targets]  # batch inputs
+        made = batch_input_targets(self.config)
         expected = len(specs) + len(controls) + len(states) + len(made)
         if len(inputs) != expected:
             raise ValueError(f"unable to load model '{self.name}', configuration expects "

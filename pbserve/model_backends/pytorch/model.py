@@ -24,7 +24,7 @@ from pbserve.model_backends import missing_package_message
 from pbserve.model_backends.common import (
     Batcher, bool_parameter, control_specs, log_instance_device, tensor_specs)
 from pbserve.model_backends.implicit_state import state_specs
-from pbserve.model_backends.ragged import batch_inputs
+from pbserve.model_backends.ragged import batch_input_targets
 
 try:
     import torch
@@ -121,8 +121,7 @@ class TritonPythonModel:
                     f"An input of type '{kind}' was detected in the model. Only a single input "
                     "of type Dict(str, Tensor) or input(s) of type Tensor are supported.")
         sequence = self.controls + [s.input_name for s in self.states]
-        batching = int(self.config.get("max_batch_size", 0)) > 0
-        made = [t for b in batch_inputs(self.config) for t in b.targets] if batching else []
+        made = batch_input_targets(self.config)
         expected = len(self.inputs) + len(sequence) + len(made)
         if len(arguments) != expected:
             raise ValueError(f"unable to load model '{self.name}', configuration expects "
